@@ -1,0 +1,81 @@
+# Helpers that register hpctrain's tests with CTest, each with a timeout so a hang fails the test
+# instead of blocking CI.
+
+# mpiexec flags: OpenMPI refuses root without --allow-run-as-root and more ranks than cores
+# without --oversubscribe; CI containers run as root on 2 cores.
+set(HPCTRAIN_MPIEXEC ${MPIEXEC_EXECUTABLE})
+set(HPCTRAIN_MPIEXEC_FLAGS ${MPIEXEC_PREFLAGS})
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE _mpiexec_version ERROR_QUIET)
+if(_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  list(APPEND HPCTRAIN_MPIEXEC_FLAGS --oversubscribe --bind-to none)
+  execute_process(COMMAND id -u OUTPUT_VARIABLE _uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(_uid STREQUAL "0")
+    list(APPEND HPCTRAIN_MPIEXEC_FLAGS --allow-run-as-root)
+  endif()
+endif()
+string(REPLACE ";" " " HPCTRAIN_MPIEXEC_FLAGS_STRING "${HPCTRAIN_MPIEXEC_FLAGS}")
+
+# One thread per rank in tests: ranks outnumber cores, and results must not depend on threads.
+set(HPCTRAIN_TEST_ENV
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCTRAIN_THREADS=1 HPCTRAIN_COLLECTIVE_TIMEOUT=90
+    OMPI_MCA_btl_vader_single_copy_mechanism=none)
+
+# hpctrain_unit_test(NAME SOURCES ... LIBS ... [TIMEOUT s]): GoogleTest without MPI.
+function(hpctrain_unit_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE hpctrain_options GTest::gtest_main ${ARG_LIBS})
+  hpctrain_use_pch(${name})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "${HPCTRAIN_TEST_ENV}")
+endfunction()
+
+# hpctrain_mpi_test(NAME SOURCES ... LIBS ... [RANKS 1 2 4] [TIMEOUT s]): GoogleTest with the
+# MPI-aware main, registered once per rank count as NAME.npN.
+function(hpctrain_mpi_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;RANKS;LABELS" ${ARGN})
+  if(NOT ARG_RANKS)
+    set(ARG_RANKS 1 2 4)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE hpctrain_options hpctrain_mpi_gtest_main ${ARG_LIBS})
+  hpctrain_use_pch(${name})
+  foreach(n ${ARG_RANKS})
+    add_test(NAME ${name}.np${n}
+             COMMAND ${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${n}
+                     $<TARGET_FILE:${name}>)
+    set_tests_properties(${name}.np${n} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                         PROCESSORS ${n} ENVIRONMENT "${HPCTRAIN_TEST_ENV}")
+  endforeach()
+endfunction()
+
+# hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s]): a bash script
+# driving the real binary. It gets HPCTRAIN_BIN, HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR,
+# HPCTRAIN_BUILD_DIR and a private HPCTRAIN_TEST_TMP directory.
+function(hpctrain_script_test name)
+  cmake_parse_arguments(ARG "" "SCRIPT;TIMEOUT;PROCESSORS" "ARGS;LABELS;DEPENDS" ${ARGN})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS e2e)
+  endif()
+  if(NOT ARG_PROCESSORS)
+    set(ARG_PROCESSORS 2)
+  endif()
+  set(tmp ${PROJECT_BINARY_DIR}/test-tmp/${name})
+  add_test(NAME ${name} COMMAND bash ${ARG_SCRIPT} ${ARG_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROCESSORS ${ARG_PROCESSORS}
+    ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_TMP=${tmp}")
+  if(ARG_DEPENDS)
+    set_tests_properties(${name} PROPERTIES DEPENDS "${ARG_DEPENDS}")
+  endif()
+endfunction()

@@ -1,0 +1,1 @@
+// Carrier translation unit for the shared LibTorch precompiled header.

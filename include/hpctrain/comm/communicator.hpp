@@ -1,0 +1,65 @@
+#pragma once
+// The Communicator interface: collectives on torch::Tensor over one process group. Backends: MPI
+// (CPU tensors) and NCCL (CUDA tensors). Every method is collective over the group: all of its
+// ranks must call the same operations in the same order with matching shapes and dtypes.
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+namespace hpctrain::comm {
+
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+
+/// "sum", "avg", "max", "min". Local.
+const char* reduce_op_name(ReduceOp op);
+/// Parses a reduce op name; throws ConfigError on an unknown name. Local.
+ReduceOp parse_reduce_op(const std::string& name);
+
+/// A collective in flight. wait() returns once the result is in the tensor (for NCCL: once the
+/// current CUDA stream is ordered after it) and rethrows the collective's error, if any.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until the operation completed; rethrows its error. Local; idempotent.
+  virtual void wait() = 0;
+  /// Whether the operation completed (without blocking). Local.
+  virtual bool done() = 0;
+};
+using WorkHandle = std::shared_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  /// This process's rank in the group, and the group's size. Local.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The group's name in messages ("world", "dp", "tp"). Local.
+  virtual const std::string& name() const = 0;
+  /// "mpi" or "nccl". Local.
+  virtual const char* backend() const = 0;
+
+  /// Reduces `tensor` across the group, in place. Collective. Any layout; avg of integer tensors
+  /// is refused (CommError) because it cannot be represented exactly.
+  virtual void all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  /// Starts all_reduce and returns at once; the tensor must stay untouched until wait().
+  /// Operations on one communicator complete in the order they were issued. Collective.
+  virtual WorkHandle all_reduce_async(torch::Tensor tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  /// Copies `tensor` from group rank `root` to every rank, in place. Collective.
+  virtual void broadcast(torch::Tensor& tensor, int root = 0) = 0;
+  /// Concatenates every rank's `tensor` along dim 0 in rank order: shape [size * d0, ...].
+  /// Collective; every rank must pass the same shape.
+  virtual torch::Tensor all_gather(const torch::Tensor& tensor) = 0;
+  /// Reduces `tensor` (dim 0 divisible by size) across the group and returns this rank's
+  /// contiguous 1/size of it along dim 0. Collective.
+  virtual torch::Tensor reduce_scatter(const torch::Tensor& tensor,
+                                       ReduceOp op = ReduceOp::kSum) = 0;
+  /// Returns when every rank of the group has called it. Collective.
+  virtual void barrier() = 0;
+  /// Waits for every asynchronous operation issued so far. Local.
+  virtual void wait_all() = 0;
+};
+
+}  // namespace hpctrain::comm

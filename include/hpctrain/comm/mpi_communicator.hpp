@@ -1,0 +1,64 @@
+#pragma once
+// MPI backend for CPU tensors: float32/64, int8/32/64, uint8, and bfloat16/float16 (reduced in
+// float32 and rounded once, so the result does not depend on the reduction order).
+// Asynchronous all-reduce runs on one communication thread per communicator, which calls the
+// blocking MPI collective: with OpenMPI's shared-memory transport a non-blocking MPI_Iallreduce
+// only progresses inside MPI calls, so it would not overlap with backward computation.
+
+#include <mpi.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "hpctrain/comm/communicator.hpp"
+
+namespace hpctrain::comm {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Wraps `comm` (not duplicated, not freed: the ProcessGrid or Runtime owns it). `async_thread`
+  /// false runs asynchronous operations inline (required when MPI granted less than
+  /// MPI_THREAD_MULTIPLE). Local.
+  MpiCommunicator(MPI_Comm comm, std::string name, bool async_thread);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  const char* backend() const override { return "mpi"; }
+  MPI_Comm mpi_comm() const { return comm_; }
+
+  void all_reduce(torch::Tensor& tensor, ReduceOp op) override;
+  WorkHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override;
+  void broadcast(torch::Tensor& tensor, int root) override;
+  torch::Tensor all_gather(const torch::Tensor& tensor) override;
+  torch::Tensor reduce_scatter(const torch::Tensor& tensor, ReduceOp op) override;
+  void barrier() override;
+  void wait_all() override;
+
+ private:
+  void all_reduce_now(torch::Tensor& tensor, ReduceOp op);
+  void worker_loop();
+
+  MPI_Comm comm_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  bool async_thread_;
+
+  std::mutex mutex_;
+  std::condition_variable queue_cv_;
+  std::condition_variable idle_cv_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+/// MPI datatype carrying one element of `dtype`; throws CommError for unsupported dtypes. Local.
+MPI_Datatype mpi_datatype(c10::ScalarType dtype);
+
+}  // namespace hpctrain::comm

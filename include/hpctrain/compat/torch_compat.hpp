@@ -1,0 +1,49 @@
+#pragma once
+// Every difference between the LibTorch versions hpctrain supports (1.13 as shipped by Debian,
+// and 2.x such as the CUDA builds inside pip's torch) lives here and nowhere else.
+
+#include <ATen/autocast_mode.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <string>
+
+#define HPCTRAIN_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) ||           \
+   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace hpctrain::compat {
+
+/// "1.13.1" etc. Local.
+inline std::string torch_version() {
+  return TORCH_VERSION;
+}
+
+/// Turns CPU autocast on or off with the given lower-precision dtype. Local (thread state).
+inline void set_cpu_autocast(bool enabled, at::ScalarType dtype) {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCPU, enabled);
+  at::autocast::set_autocast_dtype(at::kCPU, dtype);
+#else
+  at::autocast::set_cpu_enabled(enabled);
+  at::autocast::set_autocast_cpu_dtype(dtype);
+#endif
+}
+
+/// Turns CUDA autocast on or off with the given dtype. Local (thread state).
+inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+#else
+  at::autocast::set_enabled(enabled);
+  at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+}
+
+/// Drops autocast's cast cache (call at the end of each autocast region). Local.
+inline void clear_autocast_cache() {
+  at::autocast::clear_cache();
+}
+
+}  // namespace hpctrain::compat

@@ -1,0 +1,34 @@
+#pragma once
+// Collective watchdog: a collective that has not completed after the configured timeout is
+// reported (rank, host, operation, group, how long) and the job is aborted, so a job whose
+// peer died or diverged never hangs silently until the scheduler's time limit.
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hpctrain::runtime {
+
+/// Process-wide watchdog over blocking collectives.
+class Watchdog {
+ public:
+  /// Starts the monitor thread with `timeout_s` (<= 0 disables). Local; call once after MPI init.
+  static void start(double timeout_s);
+  /// Stops the monitor thread. Local.
+  static void stop();
+  /// Current timeout in seconds (0 when disabled). Local.
+  static double timeout();
+
+  /// Marks one collective in flight on this thread for as long as the scope lives. Local.
+  class Scope {
+   public:
+    Scope(const char* operation, const char* group, std::size_t bytes);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    int slot_ = -1;
+  };
+};
+
+}  // namespace hpctrain::runtime

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Configures and builds hpctrain into ${BUILD_DIR:-build}. Extra arguments go to cmake's configure
+# step (e.g. -DTorch_DIR=... on a cluster). Used by test.sh and demo.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=${BUILD_DIR:-build}
+generator=()
+if command -v ninja >/dev/null 2>&1 && [[ ! -f "$build_dir/CMakeCache.txt" || -f "$build_dir/build.ninja" ]]; then
+  generator=(-G Ninja)
+fi
+jobs=${HPCTRAIN_BUILD_JOBS:-$(nproc)}
+cmake -S . -B "$build_dir" "${generator[@]}" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
+  -DHPCTRAIN_WERROR="${HPCTRAIN_WERROR:-ON}" "$@" >"$build_dir.configure.log" 2>&1 || {
+  cat "$build_dir.configure.log" >&2
+  exit 1
+}
+cmake --build "$build_dir" -j "$jobs"

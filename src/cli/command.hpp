@@ -1,0 +1,53 @@
+#pragma once
+// Subcommand registry. Each cmd_*.cpp registers its command with a static CommandRegistration;
+// main() builds the CLI11 tree from the registry, parses, starts the runtime and runs the one
+// command chosen. Command sources are compiled into the executable itself (not a static
+// library), so their static registrations are never dropped by the linker.
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hpctrain::runtime {
+class Runtime;
+}
+
+namespace hpctrain::cli {
+
+/// Options every command accepts (before or after the command name).
+struct GlobalOptions {
+  int verbosity = 0;                  ///< -v: debug lines; -vv more
+  bool quiet = false;                 ///< -q: warnings and errors only
+  bool log_all_ranks = false;         ///< every rank logs, lines prefixed with rank/host
+  int threads = 0;                    ///< intra-op threads per rank, 0 = derive
+  std::string device = "auto";        ///< auto | cpu | cuda
+  std::string comm_backend = "auto";  ///< auto | mpi | nccl
+  double collective_timeout = 600;    ///< seconds before a stuck collective aborts the job
+};
+
+/// What a command's run function receives.
+struct CommandContext {
+  runtime::Runtime& runtime;
+  const GlobalOptions& global;
+};
+
+/// Registers `path` ("env", "bench allreduce", ...). `add_options` adds the command's options to
+/// its CLI11 app; `run` returns the process exit code. Local (static initialisation).
+struct CommandRegistration {
+  CommandRegistration(std::string path, std::string description,
+                      std::function<void(CLI::App&)> add_options,
+                      std::function<int(CommandContext&)> run);
+};
+
+struct RegisteredCommand {
+  std::vector<std::string> path;
+  std::string description;
+  std::function<void(CLI::App&)> add_options;
+  std::function<int(CommandContext&)> run;
+};
+
+/// Every registered command, in registration order. Local.
+std::vector<RegisteredCommand>& command_registry();
+
+}  // namespace hpctrain::cli

@@ -1,0 +1,162 @@
+// hpctrain: one binary, one subcommand per task. main() only parses the command line, starts the
+// runtime and calls in; how the process ends on an error is decided here and nowhere else.
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "command.hpp"
+#include "hpctrain/build_config.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/watchdog.hpp"
+
+namespace hpctrain::cli {
+
+std::vector<RegisteredCommand>& command_registry() {
+  static std::vector<RegisteredCommand> registry;
+  return registry;
+}
+
+CommandRegistration::CommandRegistration(std::string path, std::string description,
+                                         std::function<void(CLI::App&)> add_options,
+                                         std::function<int(CommandContext&)> run) {
+  RegisteredCommand command;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    std::size_t space = path.find(' ', start);
+    if (space == std::string::npos) space = path.size();
+    command.path.push_back(path.substr(start, space - start));
+    start = space + 1;
+  }
+  command.description = std::move(description);
+  command.add_options = std::move(add_options);
+  command.run = std::move(run);
+  command_registry().push_back(std::move(command));
+}
+
+namespace {
+
+// Before MPI starts we only know our rank from the launcher's environment; used so that a usage
+// error under `mpirun -np 64` is printed once, not 64 times.
+bool first_rank_by_environment() {
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    if (const char* value = std::getenv(var)) return std::string(value) == "0";
+  }
+  return true;
+}
+
+double timeout_from_environment(double fallback) {
+  if (const char* value = std::getenv("HPCTRAIN_COLLECTIVE_TIMEOUT")) {
+    char* end = nullptr;
+    double seconds = std::strtod(value, &end);
+    if (end != value && *end == '\0' && seconds >= 0) return seconds;
+    std::fprintf(stderr,
+                 "[hpctrain] warning: ignoring HPCTRAIN_COLLECTIVE_TIMEOUT='%s' (not a "
+                 "number of seconds)\n",
+                 value);
+  }
+  return fallback;
+}
+
+int run_main(int argc, char** argv) {
+  runtime::tune_malloc();
+
+  CLI::App app{"hpctrain: distributed training and evaluation of LibTorch models on HPC clusters",
+               "hpctrain"};
+  app.set_version_flag("--version", std::string("hpctrain ") + HPCTRAIN_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+
+  GlobalOptions global;
+  global.collective_timeout = timeout_from_environment(global.collective_timeout);
+  app.add_flag("-v,--verbose", global.verbosity, "More output (-v debug)");
+  app.add_flag("-q,--quiet", global.quiet, "Only warnings and errors");
+  app.add_flag("--log-all-ranks", global.log_all_ranks,
+               "Every rank logs, each line prefixed with rank and host");
+  app.add_option("--threads", global.threads,
+                 "Intra-op CPU threads per rank (default: HPCTRAIN_THREADS, else the cores bound "
+                 "to the rank, else node cores / ranks per node)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", global.device, "auto | cpu | cuda (GPU = local rank)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--comm-backend", global.comm_backend, "auto | mpi | nccl")
+      ->check(CLI::IsMember({"auto", "mpi", "nccl"}));
+  app.add_option("--collective-timeout", global.collective_timeout,
+                 "Seconds a collective may wait before the job is aborted as hung; 0 disables "
+                 "(default 600, or HPCTRAIN_COLLECTIVE_TIMEOUT)")
+      ->check(CLI::NonNegativeNumber);
+
+  // Build the subcommand tree from the registry ("bench allreduce" nests under "bench").
+  std::map<std::string, CLI::App*> groups;
+  std::vector<std::pair<CLI::App*, const RegisteredCommand*>> leaves;
+  for (const RegisteredCommand& command : command_registry()) {
+    CLI::App* parent = &app;
+    std::string key;
+    for (std::size_t i = 0; i + 1 < command.path.size(); ++i) {
+      key += command.path[i] + " ";
+      auto it = groups.find(key);
+      if (it == groups.end()) {
+        CLI::App* group = parent->add_subcommand(command.path[i], "");
+        group->require_subcommand(1);
+        group->fallthrough();
+        it = groups.emplace(key, group).first;
+      }
+      parent = it->second;
+    }
+    CLI::App* leaf = parent->add_subcommand(command.path.back(), command.description);
+    leaf->fallthrough();
+    if (command.add_options) command.add_options(*leaf);
+    leaves.emplace_back(leaf, &command);
+  }
+  for (auto& [key, group] : groups) {
+    std::string names;
+    for (auto* sub : group->get_subcommands({}))
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    group->description(names);
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (!first_rank_by_environment()) return e.get_exit_code() == 0 ? 0 : kExitUsage;
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  const RegisteredCommand* chosen = nullptr;
+  for (auto& [leaf, command] : leaves) {
+    if (leaf->parsed()) chosen = command;
+  }
+  if (!chosen) return kExitUsage;
+
+  runtime::Runtime rt(&argc, &argv);
+  log::Level level = global.quiet           ? log::Level::kWarn
+                     : global.verbosity > 0 ? log::Level::kDebug
+                                            : log::Level::kInfo;
+  log::configure(rt.world_rank(), rt.host(), level, global.log_all_ranks);
+  runtime::Watchdog::start(global.collective_timeout);
+
+  CommandContext ctx{rt, global};
+  try {
+    return chosen->run(ctx);
+  } catch (const Error& e) {
+    log::error(e.what());
+    if (rt.world_size() > 1) runtime::abort_job(e.exit_code());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    log::error(str("unexpected failure: ", e.what()));
+    if (rt.world_size() > 1) runtime::abort_job(kExitError);
+    return kExitError;
+  }
+}
+
+}  // namespace
+}  // namespace hpctrain::cli
+
+int main(int argc, char** argv) {
+  return hpctrain::cli::run_main(argc, argv);
+}

@@ -1,0 +1,18 @@
+#include "session.hpp"
+
+#include "hpctrain/runtime/runtime.hpp"
+
+namespace hpctrain::cli {
+
+Session make_session(CommandContext& ctx, int tp) {
+  Session session;
+  runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
+  session.grid = std::make_unique<runtime::ProcessGrid>(ctx.runtime, tp);
+  session.device = runtime::bind_device(
+      ctx.runtime, runtime::DeviceRequest{ctx.global.threads, ctx.global.device});
+  session.comms = comm::make_group_communicators(ctx.runtime, *session.grid, session.device,
+                                                 ctx.global.comm_backend);
+  return session;
+}
+
+}  // namespace hpctrain::cli

@@ -1,0 +1,25 @@
+#pragma once
+// A command's distributed session: process grid, device binding and group communicators, built
+// the same way by every command that computes (env, bench, train, eval).
+
+#include <memory>
+#include <string>
+
+#include "command.hpp"
+#include "hpctrain/comm/group_communicators.hpp"
+#include "hpctrain/runtime/device.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
+
+namespace hpctrain::cli {
+
+struct Session {
+  std::unique_ptr<runtime::ProcessGrid> grid;
+  runtime::DeviceBinding device;
+  comm::GroupCommunicators comms;
+};
+
+/// Validates the grid (tp must divide the world size: a ConfigError on every rank before any
+/// collective), binds the device and builds the communicators. Collective over the world.
+Session make_session(CommandContext& ctx, int tp);
+
+}  // namespace hpctrain::cli

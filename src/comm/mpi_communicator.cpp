@@ -1,0 +1,277 @@
+#include "hpctrain/comm/mpi_communicator.hpp"
+
+#include <climits>
+#include <exception>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/watchdog.hpp"
+
+namespace hpctrain::comm {
+namespace {
+
+// MPI counts are int: larger buffers go in pieces of this many elements.
+constexpr std::int64_t kMaxCount = INT_MAX / 2;
+
+bool is_half_type(c10::ScalarType t) {
+  return t == c10::kBFloat16 || t == c10::kHalf;
+}
+
+bool is_integral(c10::ScalarType t) {
+  return c10::isIntegralType(t, /*includeBool=*/true);
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+void check_cpu(const torch::Tensor& t, const char* operation, const std::string& group) {
+  if (!t.defined()) throw CommError(str(operation, " on group ", group, ": undefined tensor"));
+  if (!t.device().is_cpu()) {
+    throw CommError(str(operation, " on group ", group, ": the MPI backend takes CPU tensors, got ",
+                        t.device().str(), "; use the NCCL backend for CUDA tensors"));
+  }
+}
+
+std::size_t byte_size(const torch::Tensor& t) {
+  return static_cast<std::size_t>(t.numel()) * t.element_size();
+}
+
+// Plain in-place all-reduce on a contiguous buffer of a natively supported dtype.
+void raw_all_reduce(void* data, std::int64_t count, MPI_Datatype type, int elem_bytes, MPI_Op op,
+                    MPI_Comm comm) {
+  auto* bytes = static_cast<char*>(data);
+  for (std::int64_t offset = 0; offset < count; offset += kMaxCount) {
+    int n = static_cast<int>(std::min(kMaxCount, count - offset));
+    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + offset * elem_bytes, n, type, op, comm));
+  }
+}
+
+class MpiWork final : public Work {
+ public:
+  void finish(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = error;
+    done_ = true;
+    cv_.notify_all();
+  }
+  void wait() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [this] { return done_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+  bool done() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+MPI_Datatype mpi_datatype(c10::ScalarType dtype) {
+  switch (dtype) {
+    case c10::kFloat: return MPI_FLOAT;
+    case c10::kDouble: return MPI_DOUBLE;
+    case c10::kInt: return MPI_INT32_T;
+    case c10::kLong: return MPI_INT64_T;
+    case c10::kShort: return MPI_INT16_T;
+    case c10::kChar: return MPI_INT8_T;
+    case c10::kByte: return MPI_UINT8_T;
+    case c10::kBool: return MPI_C_BOOL;
+    case c10::kBFloat16:
+    case c10::kHalf: return MPI_UINT16_T;  // moved as bits; reductions widen to float32
+    default:
+      throw CommError(str("dtype ", c10::toString(dtype),
+                          " is not supported by the MPI communicator; use float32, float64, "
+                          "bfloat16, float16, int8/16/32/64, uint8 or bool"));
+  }
+}
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool async_thread)
+    : comm_(comm), name_(std::move(name)), async_thread_(async_thread) {
+  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op) {
+  check_cpu(tensor, "all_reduce", name_);
+  const auto dtype = tensor.scalar_type();
+  (void)mpi_datatype(dtype);  // refuse unsupported dtypes on every group size, even 1
+  if (op == ReduceOp::kAvg && is_integral(dtype)) {
+    throw CommError(str("all_reduce avg on group ", name_, ": integer tensors (",
+                        c10::toString(dtype),
+                        ") cannot be averaged exactly; reduce with sum and "
+                        "divide where the rounding is known"));
+  }
+  if (size_ == 1) return;  // nothing to combine; avg of one rank is itself
+  runtime::Watchdog::Scope watch("all_reduce", name_.c_str(), byte_size(tensor));
+  if (is_half_type(dtype)) {
+    // Widen: each rank's contribution enters a float32 sum, rounded to 16 bits once at the end.
+    torch::Tensor wide = tensor.to(torch::kFloat);
+    raw_all_reduce(wide.data_ptr(), wide.numel(), MPI_FLOAT, 4, mpi_op(op), comm_);
+    if (op == ReduceOp::kAvg) wide.div_(size_);
+    tensor.copy_(wide);
+    return;
+  }
+  torch::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  raw_all_reduce(work.data_ptr(), work.numel(), mpi_datatype(dtype),
+                 static_cast<int>(work.element_size()), mpi_op(op), comm_);
+  if (op == ReduceOp::kAvg) work.div_(size_);
+  if (!work.is_same(tensor)) tensor.copy_(work);
+}
+
+void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  wait_all();  // keep issue order: earlier asynchronous operations first
+  all_reduce_now(tensor, op);
+}
+
+WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
+  auto work = std::make_shared<MpiWork>();
+  if (!async_thread_) {
+    std::exception_ptr error;
+    try {
+      all_reduce_now(tensor, op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->finish(error);
+    return work;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!worker_.joinable()) worker_ = std::thread(&MpiCommunicator::worker_loop, this);
+  queue_.emplace_back([this, tensor, op, work]() mutable {
+    std::exception_ptr error;
+    try {
+      all_reduce_now(tensor, op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    work->finish(error);
+  });
+  queue_cv_.notify_one();
+  return work;
+}
+
+void MpiCommunicator::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    queue_cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    auto task = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    task();
+    lock.lock();
+    busy_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+}
+
+void MpiCommunicator::wait_all() {
+  if (!async_thread_) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_cv_.wait(lock, [this] { return queue_.empty() && !busy_; });
+}
+
+void MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
+  wait_all();
+  check_cpu(tensor, "broadcast", name_);
+  if (root < 0 || root >= size_) {
+    throw CommError(str("broadcast on group ", name_, ": root ", root, " outside 0..", size_ - 1));
+  }
+  if (size_ == 1) return;
+  runtime::Watchdog::Scope watch("broadcast", name_.c_str(), byte_size(tensor));
+  torch::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  auto* bytes = static_cast<char*>(work.data_ptr());
+  const std::int64_t total = static_cast<std::int64_t>(byte_size(work));
+  for (std::int64_t offset = 0; offset < total; offset += kMaxCount) {
+    int n = static_cast<int>(std::min(kMaxCount, total - offset));
+    HPCTRAIN_MPI_CHECK(MPI_Bcast(bytes + offset, n, MPI_BYTE, root, comm_));
+  }
+  if (!work.is_same(tensor)) tensor.copy_(work);
+}
+
+torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
+  wait_all();
+  check_cpu(tensor, "all_gather", name_);
+  torch::Tensor input = tensor.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  if (shape.empty()) shape.push_back(1);
+  const int64_t d0 = shape[0];
+  shape[0] = d0 * size_;
+  torch::Tensor output = torch::empty(shape, input.options());
+  const int64_t bytes = static_cast<int64_t>(byte_size(input));
+  if (bytes > INT_MAX) {
+    throw CommError(str("all_gather on group ", name_, ": ", format_bytes(bytes),
+                        " per rank exceeds the 2 GiB MPI count limit; gather in pieces"));
+  }
+  runtime::Watchdog::Scope watch("all_gather", name_.c_str(), static_cast<std::size_t>(bytes));
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(input.data_ptr(), static_cast<int>(bytes), MPI_BYTE,
+                                   output.data_ptr(), static_cast<int>(bytes), MPI_BYTE, comm_));
+  return output;
+}
+
+torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, ReduceOp op) {
+  wait_all();
+  check_cpu(tensor, "reduce_scatter", name_);
+  if (tensor.dim() == 0 || tensor.size(0) % size_ != 0) {
+    throw CommError(str("reduce_scatter on group ", name_, ": dim 0 of shape ", tensor.sizes(),
+                        " must be divisible by the group size ", size_));
+  }
+  const auto dtype = tensor.scalar_type();
+  if (op == ReduceOp::kAvg && is_integral(dtype)) {
+    throw CommError(str("reduce_scatter avg on group ", name_,
+                        ": integer tensors cannot be "
+                        "averaged exactly; use sum"));
+  }
+  torch::Tensor input = is_half_type(dtype) ? tensor.to(torch::kFloat) : tensor.contiguous();
+  std::vector<int64_t> shape = input.sizes().vec();
+  shape[0] /= size_;
+  torch::Tensor output = torch::empty(shape, input.options());
+  const int64_t count = output.numel();
+  if (count > INT_MAX) {
+    throw CommError(str("reduce_scatter on group ", name_, ": ", count,
+                        " elements per rank exceed the MPI count limit"));
+  }
+  {
+    runtime::Watchdog::Scope watch("reduce_scatter", name_.c_str(), byte_size(input));
+    HPCTRAIN_MPI_CHECK(
+        MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(count),
+                                 mpi_datatype(input.scalar_type()), mpi_op(op), comm_));
+  }
+  if (op == ReduceOp::kAvg) output.div_(size_);
+  return is_half_type(dtype) ? output.to(dtype) : output;
+}
+
+void MpiCommunicator::barrier() {
+  wait_all();
+  if (size_ == 1) return;
+  runtime::Watchdog::Scope watch("barrier", name_.c_str(), 0);
+  HPCTRAIN_MPI_CHECK(MPI_Barrier(comm_));
+}
+
+}  // namespace hpctrain::comm

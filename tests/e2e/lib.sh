@@ -1,0 +1,61 @@
+# Shared helpers for end-to-end test scripts (sourced). CTest provides HPCTRAIN_BIN,
+# HPCTRAIN_MPIEXEC (mpirun with its flags), HPCTRAIN_SOURCE_DIR, HPCTRAIN_BUILD_DIR and
+# HPCTRAIN_TEST_TMP (a private scratch directory, emptied at the start).
+set -uo pipefail
+
+: "${HPCTRAIN_BIN:?run through ctest}"
+: "${HPCTRAIN_TEST_TMP:?run through ctest}"
+rm -rf "$HPCTRAIN_TEST_TMP" && mkdir -p "$HPCTRAIN_TEST_TMP"
+TMP=$HPCTRAIN_TEST_TMP
+PY=/usr/bin/python3
+FAILURES=0
+
+fail() {
+  echo "FAIL: $*" >&2
+  FAILURES=$((FAILURES + 1))
+}
+
+# mpirun_np N CMD...: runs CMD on N ranks.
+mpirun_np() {
+  local n=$1
+  shift
+  # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
+  $HPCTRAIN_MPIEXEC -np "$n" "$@"
+}
+
+# expect_exit CODE LOGFILE CMD...: runs CMD (which may start with "mpirun_np N") with a 120 s
+# guard, stdout+stderr to LOGFILE, and checks its exit status.
+expect_exit() {
+  local want=$1 log=$2
+  shift 2
+  if [[ $1 == mpirun_np ]]; then
+    local n=$2
+    shift 2
+    # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
+    set -- $HPCTRAIN_MPIEXEC -np "$n" "$@"
+  fi
+  timeout 120 "$@" >"$log" 2>&1
+  local got=$?
+  if [[ $got -ne $want ]]; then
+    fail "expected exit $want, got $got from: $*"
+    sed 's/^/    | /' "$log" | tail -30 >&2
+    return 1
+  fi
+  return 0
+}
+
+# expect_grep PATTERN FILE: the file contains the (extended regex) pattern.
+expect_grep() {
+  if ! grep -Eq -- "$1" "$2"; then
+    fail "'$1' not found in $2"
+    sed 's/^/    | /' "$2" | tail -30 >&2
+  fi
+}
+
+finish() {
+  if ((FAILURES > 0)); then
+    echo "$FAILURES check(s) failed" >&2
+    exit 1
+  fi
+  echo "all checks passed"
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# A collective that one rank never joins: the watchdog names the operation, group, rank and wait,
+# and the whole job ends with exit code 7 within seconds instead of hanging.
+source "$(dirname "$0")/../lib.sh"
+probe=$1
+
+start=$(date +%s)
+expect_exit 7 "$TMP/hang.txt" mpirun_np 2 "$probe"
+elapsed=$(($(date +%s) - start))
+expect_grep "r0/.*collective barrier on the world group .* has not completed after" "$TMP/hang.txt"
+expect_grep "Aborting the job" "$TMP/hang.txt"
+# The other rank sleeps 60 s: ending well before that shows the job was aborted, not awaited.
+((elapsed < 50)) || fail "hung job took ${elapsed}s to end"
+finish

@@ -1,0 +1,76 @@
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/stop_signals.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain {
+namespace {
+
+TEST(Strings, FormatBytes) {
+  EXPECT_EQ(format_bytes(3), "3 B");
+  EXPECT_EQ(format_bytes(64 * 1024), "64 KiB");
+  EXPECT_EQ(format_bytes(1.5 * 1024 * 1024), "1.5 MiB");
+  EXPECT_EQ(format_bytes(2.0 * 1024 * 1024 * 1024), "2 GiB");
+}
+
+TEST(Strings, ParseBytes) {
+  EXPECT_EQ(parse_bytes("65536", "x"), 65536u);
+  EXPECT_EQ(parse_bytes("64K", "x"), 65536u);
+  EXPECT_EQ(parse_bytes("25MiB", "x"), 25u * 1024 * 1024);
+  EXPECT_EQ(parse_bytes("1g", "x"), 1024u * 1024 * 1024);
+  EXPECT_EQ(parse_bytes("0.5M", "x"), 512u * 1024);
+  try {
+    parse_bytes("12 parsecs", "bucket_size");
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("bucket_size"), std::string::npos);
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+  }
+  EXPECT_THROW(parse_bytes("lots", "x"), ConfigError);
+  EXPECT_THROW(parse_bytes("-4K", "x"), ConfigError);
+}
+
+TEST(Grid, ValidShapes) {
+  for (int world : {1, 2, 3, 4, 6, 8, 12}) {
+    for (int tp = 1; tp <= world; ++tp) {
+      if (world % tp != 0) continue;
+      auto shape = runtime::validate_grid(world, tp);
+      EXPECT_EQ(shape.dp * shape.tp, world);
+      EXPECT_EQ(shape.tp, tp);
+    }
+  }
+}
+
+TEST(Grid, IndivisibleWorldIsAClearError) {
+  try {
+    runtime::validate_grid(6, 4);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("world size 6 is not divisible by parallel.tp = 4"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("mpirun -np 8"), std::string::npos) << message;
+  }
+  EXPECT_THROW(runtime::validate_grid(4, 0), ConfigError);
+  EXPECT_THROW(runtime::validate_grid(4, -2), ConfigError);
+}
+
+TEST(StopSignals, SignalOnlySetsTheFlag) {
+  runtime::install_stop_signal_handlers();
+  runtime::clear_stop_request();
+  EXPECT_EQ(runtime::stop_signal_received(), 0);
+  std::raise(SIGUSR1);
+  EXPECT_EQ(runtime::stop_signal_received(), SIGUSR1);
+  EXPECT_STREQ(runtime::signal_name(runtime::stop_signal_received()), "SIGUSR1");
+  runtime::clear_stop_request();
+  std::raise(SIGTERM);
+  EXPECT_EQ(runtime::stop_signal_received(), SIGTERM);
+  runtime::clear_stop_request();
+}
+
+}  // namespace
+}  // namespace hpctrain
