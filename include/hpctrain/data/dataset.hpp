@@ -1,0 +1,62 @@
+#pragma once
+// An HDF5 dataset file (one per split; format in docs/DATA.md), opened once per rank and read by
+// global sample index. Classification files hold /inputs (N x ...) and /labels (N); language
+// modelling files hold /tokens (a 1-D stream) whose samples are windows of seq_len + 1 tokens.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hpctrain::data {
+
+enum class DatasetKind { kClassification, kLanguageModel };
+
+/// What a file holds, validated on open. Local value type.
+struct DatasetInfo {
+  std::string path;
+  DatasetKind kind = DatasetKind::kClassification;
+  std::int64_t num_samples = 0;
+  /// Classification: shape of one input (e.g. {1, 28, 28}); language modelling: {seq_len}.
+  std::vector<std::int64_t> sample_shape;
+  std::string input_dtype;  ///< "uint8", "float32", "int32", "uint16"
+  double input_scale = 1.0; ///< uint8 inputs are multiplied by this (1/255 for images)
+  std::int64_t num_classes = 0;  ///< classification
+  std::int64_t vocab_size = 0;   ///< language modelling
+  std::int64_t seq_len = 0;      ///< language modelling
+  std::int64_t num_tokens = 0;   ///< language modelling
+};
+
+/// What the run expects of a file; checked on open so a mismatch is a DataError before training.
+struct DatasetExpectation {
+  std::int64_t seq_len = 0;      ///< required for language modelling files
+  std::int64_t min_samples = 0;  ///< e.g. one global batch for training
+  std::int64_t num_classes = 0;  ///< 0 = take the file's
+  std::int64_t vocab_size = 0;   ///< 0 = take the file's
+};
+
+/// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification,
+/// int64 [B, seq_len] for language modelling; targets: int64 [B] or [B, seq_len].
+struct Batch {
+  torch::Tensor inputs;
+  torch::Tensor targets;
+  std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  /// Opens and validates `path` (datasets present, ranks, dtypes, attributes, sizes, label or
+  /// token ranges). Throws DataError naming the file, the dataset, what was expected and found.
+  /// Local (each rank opens its own handle; nothing is read beyond metadata and range checks).
+  static std::unique_ptr<Dataset> open(const std::string& path,
+                                       const DatasetExpectation& expect = {});
+  virtual const DatasetInfo& info() const = 0;
+  /// Reads the samples with these global indices (any order; duplicates allowed) into a Batch in
+  /// the same order, with hyperslab selections that coalesce neighbours. Local.
+  virtual Batch read(const std::vector<std::int64_t>& indices) = 0;
+};
+
+}  // namespace hpctrain::data

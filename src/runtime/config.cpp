@@ -1,0 +1,263 @@
+#include "hpctrain/runtime/config.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain {
+namespace {
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+void collect_leaves(const YAML::Node& node, const std::string& prefix,
+                    std::vector<std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      std::string key = kv.first.as<std::string>();
+      collect_leaves(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+  } else if (!prefix.empty()) {
+    out.push_back(prefix);
+  }
+}
+
+std::string describe(const YAML::Node& node) {
+  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a map";
+  return "null";
+}
+
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "true or false";
+  if constexpr (std::is_integral_v<T>) return "an integer";
+  if constexpr (std::is_floating_point_v<T>) return "a number";
+  if constexpr (std::is_same_v<T, std::string>) return "a string";
+  return "a list";
+}
+
+}  // namespace
+
+Config::Config() : root_(YAML::NodeType::Map), origin_("<defaults>"),
+                   known_(std::make_shared<std::set<std::string>>()) {}
+
+Config Config::parse(const std::string& text, const std::string& origin) {
+  Config config;
+  config.origin_ = origin;
+  try {
+    YAML::Node node = YAML::Load(text);
+    if (node.IsNull()) node = YAML::Node(YAML::NodeType::Map);
+    if (!node.IsMap()) throw ConfigError(str(origin, ": the top level must be a map of sections"));
+    config.root_ = node;
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(str(origin, ": YAML syntax error at line ", e.mark.line + 1, ", column ",
+                          e.mark.column + 1, ": ", e.msg));
+  }
+  return config;
+}
+
+Config Config::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError(str("config file '", path, "' cannot be opened: check the path (configs/ "
+                          "holds the shipped configs)"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse(text.str(), path);
+}
+
+void Config::set(const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(str("override '", assignment, "' must look like section.key=value, e.g. "
+                          "--set optim.lr=3e-4"));
+  }
+  std::string key = assignment.substr(0, eq);
+  std::string value = assignment.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream split(key);
+  for (std::string part; std::getline(split, part, '.');) {
+    if (part.empty()) throw ConfigError(str("override '", assignment, "': empty key component"));
+    parts.push_back(part);
+  }
+  if (parts.size() < 2) {
+    throw ConfigError(str("override '", assignment, "' needs a section, e.g. optim.lr=3e-4"));
+  }
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception&) {
+    parsed = YAML::Node(value);
+  }
+  // yaml-cpp's operator[] on a temporary chain would not attach; walk with explicit copies.
+  std::vector<YAML::Node> chain{root_};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = chain.back()[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[parts[i]];
+    } else if (!next.IsMap()) {
+      throw ConfigError(str("override '", assignment, "': '", parts[i], "' is not a section"));
+    }
+    chain.push_back(next);
+  }
+  chain.back()[parts.back()] = parsed;
+}
+
+ConfigSection Config::section(const std::string& name) {
+  YAML::Node node = root_[name];
+  if (!node.IsDefined() || node.IsNull()) {
+    root_[name] = YAML::Node(YAML::NodeType::Map);
+    node = root_[name];
+  } else if (!node.IsMap()) {
+    throw ConfigError(str(origin_, ": section '", name, "' must be a map of keys, found ",
+                          describe(node)));
+  }
+  known_->insert(name);
+  return ConfigSection(node, name, known_);
+}
+
+void Config::check_unknown_keys() const {
+  std::vector<std::string> leaves;
+  collect_leaves(root_, "", leaves);
+  std::vector<std::string> problems;
+  for (const auto& leaf : leaves) {
+    if (known_->count(leaf)) continue;
+    std::string best;
+    std::size_t best_distance = 4;
+    for (const auto& known : *known_) {
+      std::size_t d = edit_distance(leaf, known);
+      if (d < best_distance) {
+        best_distance = d;
+        best = known;
+      }
+    }
+    problems.push_back(str("unknown key '", leaf, "'",
+                           best.empty() ? std::string() : str(" (did you mean '", best, "'?)")));
+  }
+  if (!problems.empty()) {
+    std::string message = str(origin_, ": ");
+    for (std::size_t i = 0; i < problems.size(); ++i) message += (i ? "; " : "") + problems[i];
+    throw ConfigError(message + ". docs/CONFIG.md lists every key.");
+  }
+}
+
+std::string Config::dump() const {
+  YAML::Emitter out;
+  out << root_;
+  return std::string(out.c_str()) + "\n";
+}
+
+ConfigSection::ConfigSection(YAML::Node node, std::string path,
+                             std::shared_ptr<std::set<std::string>> known)
+    : node_(node), path_(std::move(path)), known_(std::move(known)) {}
+
+std::string ConfigSection::full_key(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+void ConfigSection::fail(const std::string& key, const std::string& why) const {
+  YAML::Node value = node_[key];
+  std::string shown = value.IsDefined() && !value.IsNull() ? describe(value) : "(unset)";
+  throw ConfigError(str(full_key(key), " = ", shown, ": ", why));
+}
+
+void ConfigSection::check_choice(const std::string& key, const std::string& value,
+                                 const std::vector<std::string>& choices) const {
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) return;
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  fail(key, str("must be one of ", list));
+}
+
+bool ConfigSection::has(const std::string& key) {
+  known_->insert(full_key(key));
+  YAML::Node value = node_[key];
+  return value.IsDefined() && !value.IsNull();
+}
+
+ConfigSection ConfigSection::section(const std::string& key) {
+  known_->insert(full_key(key));
+  YAML::Node node = node_[key];
+  if (!node.IsDefined() || node.IsNull()) {
+    node_[key] = YAML::Node(YAML::NodeType::Map);
+    node = node_[key];
+  } else if (!node.IsMap()) {
+    fail(key, "must be a map of keys");
+  }
+  return ConfigSection(node, full_key(key), known_);
+}
+
+template <typename T>
+T ConfigSection::get(const std::string& key, const T& fallback) {
+  known_->insert(full_key(key));
+  YAML::Node value = node_[key];
+  if (!value.IsDefined() || value.IsNull()) {
+    node_[key] = fallback;  // the resolved config shows every default in effect
+    return fallback;
+  }
+  try {
+    if constexpr (std::is_same_v<T, bool>) {
+      // yaml-cpp accepts y/n/on/off too; insist on true/false so typos do not slip through.
+      const std::string& s = value.Scalar();
+      if (!value.IsScalar() || (s != "true" && s != "false")) throw YAML::Exception({}, "bool");
+    }
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // "3.5" must not silently become 3.
+      if (value.IsScalar() && value.Scalar().find_first_of(".eE") != std::string::npos) {
+        throw YAML::Exception({}, "int");
+      }
+    }
+    return value.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(key, str("expected ", type_name<T>()));
+  }
+}
+
+template <typename T>
+T ConfigSection::require(const std::string& key) {
+  known_->insert(full_key(key));
+  YAML::Node value = node_[key];
+  if (!value.IsDefined() || value.IsNull()) {
+    throw ConfigError(str("missing required key '", full_key(key), "': set it in the config file "
+                          "or with --set ", full_key(key), "=..."));
+  }
+  return get<T>(key, T{});
+}
+
+template bool ConfigSection::get<bool>(const std::string&, const bool&);
+template int ConfigSection::get<int>(const std::string&, const int&);
+template std::int64_t ConfigSection::get<std::int64_t>(const std::string&, const std::int64_t&);
+template std::uint64_t ConfigSection::get<std::uint64_t>(const std::string&, const std::uint64_t&);
+template double ConfigSection::get<double>(const std::string&, const double&);
+template std::string ConfigSection::get<std::string>(const std::string&, const std::string&);
+template std::vector<int> ConfigSection::get<std::vector<int>>(const std::string&,
+                                                                const std::vector<int>&);
+template std::vector<std::int64_t> ConfigSection::get<std::vector<std::int64_t>>(
+    const std::string&, const std::vector<std::int64_t>&);
+template std::vector<std::string> ConfigSection::get<std::vector<std::string>>(
+    const std::string&, const std::vector<std::string>&);
+template std::string ConfigSection::require<std::string>(const std::string&);
+template int ConfigSection::require<int>(const std::string&);
+template std::int64_t ConfigSection::require<std::int64_t>(const std::string&);
+template double ConfigSection::require<double>(const std::string&);
+
+}  // namespace hpctrain
