@@ -15,6 +15,7 @@ find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(ZLIB REQUIRED)  # gzip-compressed IDX files (hpctrain prepare)
 
 # xxHash ships a pkg-config file but no CMake package.
 find_path(XXHASH_INCLUDE_DIR xxhash.h HINTS ENV XXHASH_ROOT PATH_SUFFIXES include)

@@ -1,0 +1,1 @@
+// Data layer sources are added by the data issue.
