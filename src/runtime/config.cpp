@@ -253,6 +253,8 @@ template std::vector<int> ConfigSection::get<std::vector<int>>(const std::string
                                                                 const std::vector<int>&);
 template std::vector<std::int64_t> ConfigSection::get<std::vector<std::int64_t>>(
     const std::string&, const std::vector<std::int64_t>&);
+template std::vector<double> ConfigSection::get<std::vector<double>>(const std::string&,
+                                                                      const std::vector<double>&);
 template std::vector<std::string> ConfigSection::get<std::vector<std::string>>(
     const std::string&, const std::vector<std::string>&);
 template std::string ConfigSection::require<std::string>(const std::string&);

@@ -1,0 +1,63 @@
+#pragma once
+// Exact distributed evaluation (DESIGN.md invariant 5). The evaluation set is cut into canonical
+// batches [i*B, (i+1)*B) that do not depend on the world size; data-parallel rank r evaluates a
+// contiguous block of them (every sample exactly once, no padding, uneven counts allowed). Each
+// batch's loss sum, correct count and sample count land in their own slot of a per-batch table
+// that is all-reduced (every slot has exactly one non-zero contributor, so the sum is exact) and
+// then summed in batch order in double precision. The same weights therefore give bit-identical
+// metrics on 1, 2 or 64 ranks, and offline evaluation reproduces the periodic one.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace hpctrain::comm {
+class Communicator;
+}
+namespace hpctrain::data {
+class Dataset;
+}
+namespace hpctrain::model {
+class Model;
+}
+
+namespace hpctrain::eval {
+
+struct EvalOptions {
+  std::int64_t batch_size = 1000;  ///< canonical batch size (metrics are exact for a given one)
+  bool bf16 = false;               ///< bfloat16 autocast for the forward pass
+  std::int64_t max_samples = 0;    ///< evaluate only the first max_samples (0 = all)
+  /// Called before every batch slot (also on ranks with no batch left) with a flag this rank
+  /// wants to stop; returns true when any rank of the job wants to. Collective when set.
+  std::function<bool()> stop_check;
+};
+
+struct EvalResult {
+  std::string task;          ///< classification | language_model
+  std::int64_t samples = 0;  ///< samples (sequences) evaluated
+  std::int64_t count = 0;    ///< predictions scored: samples, or tokens for language models
+  double loss = 0;           ///< mean loss per prediction
+  double accuracy = 0;       ///< top-1 accuracy (token accuracy for language models)
+  double perplexity = 0;     ///< exp(loss) for language models, 0 otherwise
+  double seconds = 0;        ///< wall time of the evaluation (slowest rank)
+  double samples_per_second = 0;
+  bool interrupted = false;  ///< stopped early by stop_check: metrics cover a prefix only
+  /// The metric named `metric` (loss, accuracy, perplexity). Throws ConfigError otherwise. Local.
+  double metric(const std::string& name) const;
+  /// Whether `name` improves upward (accuracy) or downward (loss, perplexity). Local.
+  static bool higher_is_better(const std::string& name);
+};
+
+/// Evaluates `model` on `dataset` with the data-parallel group `dp` (tensor-parallel ranks of a dp
+/// group evaluate the same batches together). Runs in inference mode. Collective over the world
+/// (dp and tp groups).
+EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communicator& dp,
+                    const EvalOptions& options);
+
+/// JSON fields of a result (loss, accuracy, perplexity, samples, ...). Local.
+void to_json(nlohmann::json& j, const EvalResult& r);
+
+}  // namespace hpctrain::eval

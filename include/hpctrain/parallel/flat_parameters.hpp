@@ -1,0 +1,45 @@
+#pragma once
+// Flat parameter and gradient storage. Every parameter of the model becomes a view into one
+// contiguous buffer, and its .grad() a view into a second one, laid out in reverse registration
+// order (the order backward produces gradients). Gradient buckets are then contiguous ranges that
+// can be all-reduced without packing, the optimizer updates all parameters with a handful of
+// large vectorised operations, and broadcasting the initial weights is one collective.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hpctrain::parallel {
+
+class FlatParameters {
+ public:
+  struct Entry {
+    std::string name;       ///< state_dict name, e.g. "fc1.weight"
+    torch::Tensor param;    ///< the module's parameter (now a view into params())
+    std::int64_t offset;    ///< first element in the flat buffers
+    std::int64_t numel;
+  };
+
+  /// Moves the parameters of `module` (all float32 or all of one dtype, one device) into the flat
+  /// buffers, preserving their values and autograd identity. Local. Throws Error for mixed
+  /// dtypes or devices.
+  explicit FlatParameters(torch::nn::Module& module);
+
+  torch::Tensor& params() { return params_; }
+  torch::Tensor& grads() { return grads_; }
+  const std::vector<Entry>& entries() const { return entries_; }
+  std::int64_t numel() const { return params_.numel(); }
+  /// Zeroes every gradient (the flat buffer; the views stay attached). Local.
+  void zero_grads() { grads_.zero_(); }
+  /// The entry for a parameter name; throws Error if absent. Local.
+  const Entry& entry(const std::string& name) const;
+
+ private:
+  torch::Tensor params_;
+  torch::Tensor grads_;
+  std::vector<Entry> entries_;
+};
+
+}  // namespace hpctrain::parallel

@@ -1,0 +1,60 @@
+#pragma once
+// The compute ledger: where the rank-seconds of a run went (forward, backward, optimizer,
+// communication wait, data wait, evaluation, checkpointing), what the model costs in FLOPs per
+// training and evaluation sample, what the run achieved, and the measured cost ratio of training
+// to evaluation. Written to <run_dir>/ledger.json and summarised on rank 0 at the end.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace hpctrain::comm {
+class Communicator;
+}
+
+namespace hpctrain::train {
+
+/// Seconds this rank spent in each phase. Local value type.
+struct PhaseSeconds {
+  double forward = 0;
+  double backward = 0;
+  double optimizer = 0;
+  double comm_wait = 0;
+  double data_wait = 0;
+  double eval = 0;
+  double checkpoint = 0;
+  double train_wall = 0;  ///< wall time of the training loop (steps), excluding eval/checkpoints
+  double total_wall = 0;  ///< whole run, setup included
+};
+
+/// What the ledger needs to know about the run besides the timings.
+struct LedgerFacts {
+  std::string model_name;
+  std::string task;
+  std::int64_t parameters = 0;
+  double forward_flops_per_sample = 0;
+  std::int64_t tokens_per_sample = 1;  ///< sequence length for language models
+  std::int64_t steps = 0;
+  std::int64_t samples_trained = 0;  ///< over all data-parallel ranks
+  std::int64_t samples_evaluated = 0;
+  double eval_seconds_total = 0;     ///< wall seconds of all evaluations
+  int world_size = 1;
+  int dp = 1;
+  int tp = 1;
+  int threads_per_rank = 1;
+  std::string device;
+};
+
+/// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak
+/// resident memory. Collective over `world`; the returned JSON is complete on every rank.
+nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& facts,
+                                    comm::Communicator& world);
+
+/// A few lines for the end-of-run summary. Local.
+std::string ledger_summary(const nlohmann::ordered_json& ledger);
+
+/// Peak resident set size of this process in bytes. Local.
+std::int64_t peak_rss_bytes();
+
+}  // namespace hpctrain::train

@@ -1,0 +1,43 @@
+#pragma once
+// Rank 0's view of a run: metrics.jsonl (one JSON object per logged step, evaluation and
+// checkpoint event) and the progress output — a live, rewritten line on a terminal, plain
+// periodic lines when the output is a file (Slurm logs).
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace hpctrain::train {
+
+class RunLog {
+ public:
+  /// `active` is true on the rank that writes (world rank 0). `mode`: auto | live | plain | off.
+  /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file. Local.
+  RunLog(bool active, const std::string& run_dir, const std::string& mode,
+         std::int64_t total_steps);
+  ~RunLog();
+
+  /// Appends one object to metrics.jsonl (adds "time", seconds since the epoch). Local.
+  void record(nlohmann::ordered_json object);
+  /// Updates the live line (terminal only; at most 5 times a second). Local.
+  void live(std::int64_t step, std::int64_t epoch, double loss, double lr, double samples_per_s);
+  /// Prints a permanent line (clearing the live line first). Local.
+  void line(const std::string& text);
+  /// Whether the live line is in use. Local.
+  bool is_live() const { return live_; }
+
+ private:
+  bool active_;
+  bool live_ = false;
+  bool off_ = false;
+  bool live_shown_ = false;
+  std::int64_t total_steps_;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_live_;
+};
+
+}  // namespace hpctrain::train

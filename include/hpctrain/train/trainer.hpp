@@ -1,0 +1,77 @@
+#pragma once
+// The training loop: data-parallel (and tensor-parallel) training of a model from the config,
+// with periodic distributed evaluation, metrics, the compute ledger, checkpoints and clean stops.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "hpctrain/comm/group_communicators.hpp"
+#include "hpctrain/data/sampler.hpp"
+#include "hpctrain/runtime/device.hpp"
+#include "hpctrain/train/train_config.hpp"
+
+namespace hpctrain {
+class Config;
+namespace runtime {
+class Runtime;
+class ProcessGrid;
+}  // namespace runtime
+}  // namespace hpctrain
+
+namespace hpctrain::train {
+
+/// The distributed environment a run uses (built by the CLI).
+struct TrainEnvironment {
+  const runtime::Runtime& runtime;
+  const runtime::ProcessGrid& grid;
+  runtime::DeviceBinding device;
+  comm::GroupCommunicators comms;
+};
+
+/// Everything a resume needs besides tensors; saved in checkpoints as JSON.
+struct TrainerState {
+  std::int64_t step = 0;  ///< optimizer steps completed
+  data::SamplerState sampler;
+  std::int64_t skipped_steps = 0;  ///< non-finite steps skipped (optim.on_nonfinite = skip)
+  double best_metric = 0;
+  std::int64_t best_step = -1;
+  std::int64_t evals_without_improvement = 0;
+  nlohmann::json to_json() const;
+  static TrainerState from_json(const nlohmann::json& j);
+};
+
+/// How a run ended.
+struct TrainOutcome {
+  std::int64_t steps = 0;
+  std::string reason;  ///< "completed", "early stopping", "SIGUSR1", "time limit", ...
+  int exit_code = 0;   ///< 0, or kExitRequeue when stopped to be resumed
+};
+
+class Trainer {
+ public:
+  /// Reads and validates the whole config, opens the datasets and builds the model. Every check
+  /// that can fail on bad input runs here, on every rank, before the first collective.
+  /// `resume`: "auto" (latest checkpoint of run.dir if any), "none", or a checkpoint path.
+  /// Local until the end, where parameters are broadcast over the dp group (collective).
+  Trainer(Config& config, const std::string& default_run_dir, TrainEnvironment env,
+          const std::string& resume = "auto");
+  ~Trainer();
+
+  /// Trains until the step budget, early stopping, or an agreed stop request; evaluates and
+  /// saves as configured. Collective over the world.
+  TrainOutcome run();
+
+  const TrainConfig& config() const;
+  /// This rank's parameters by state_dict name (shards when tensor parallel). Tests compare them
+  /// across runs. Local.
+  std::vector<std::pair<std::string, torch::Tensor>> local_parameters() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hpctrain::train

@@ -1,0 +1,46 @@
+#include "hpctrain/parallel/flat_parameters.hpp"
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::parallel {
+
+FlatParameters::FlatParameters(torch::nn::Module& module) {
+  auto named = module.named_parameters(/*recurse=*/true);
+  if (named.size() == 0) throw Error("the model has no parameters to train");
+  const auto options = named[0].value().options();
+  std::int64_t total = 0;
+  // Reverse registration order: backward produces the last layers' gradients first.
+  for (std::size_t i = named.size(); i-- > 0;) {
+    const auto& item = named[i];
+    const torch::Tensor& p = item.value();
+    if (p.scalar_type() != options.dtype().toScalarType() || p.device() != options.device()) {
+      throw Error(str("parameter ", item.key(), " is ", p.scalar_type(), " on ", p.device(),
+                      " but ", named[0].key(), " is ", options.dtype(), " on ", options.device(),
+                      ": flat parameter storage needs one dtype and device"));
+    }
+    entries_.push_back(Entry{item.key(), p, total, p.numel()});
+    total += p.numel();
+  }
+  params_ = torch::empty({total}, options);
+  grads_ = torch::zeros({total}, options);
+  torch::NoGradGuard no_grad;
+  for (auto& e : entries_) {
+    auto shape = e.param.sizes().vec();
+    auto view = params_.narrow(0, e.offset, e.numel).view(shape);
+    view.copy_(e.param);
+    // set_data swaps the storage under the same autograd variable: the module, the optimizer
+    // and autograd keep using the parameter object, which now lives in the flat buffer.
+    e.param.set_data(view);
+    e.param.mutable_grad() = grads_.narrow(0, e.offset, e.numel).view(shape);
+  }
+}
+
+const FlatParameters::Entry& FlatParameters::entry(const std::string& name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return e;
+  }
+  throw Error(str("no parameter named '", name, "'"));
+}
+
+}  // namespace hpctrain::parallel

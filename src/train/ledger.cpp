@@ -1,0 +1,108 @@
+#include "hpctrain/train/ledger.hpp"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+
+#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::train {
+
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& f,
+                                    comm::Communicator& world) {
+  auto phases = torch::tensor({mine.forward, mine.backward, mine.optimizer, mine.comm_wait,
+                               mine.data_wait, mine.eval, mine.checkpoint, mine.train_wall,
+                               mine.total_wall},
+                              torch::kDouble);
+  world.all_reduce(phases, comm::ReduceOp::kSum);
+  auto p = phases.accessor<double, 1>();
+  auto rss = world.all_gather(torch::tensor({peak_rss_bytes()}, torch::kLong));
+
+  const double train_flops_per_sample = 3.0 * f.forward_flops_per_sample;  // forward + 2x backward
+  const double train_flops = train_flops_per_sample * static_cast<double>(f.samples_trained);
+  const double eval_flops = f.forward_flops_per_sample * static_cast<double>(f.samples_evaluated);
+  // Wall time of the loop = rank-seconds / ranks (ranks run in lock step).
+  const double train_wall = p[7] / f.world_size;
+  const double train_sps = train_wall > 0 ? f.samples_trained / train_wall : 0;
+  const double eval_sps = f.eval_seconds_total > 0 ? f.samples_evaluated / f.eval_seconds_total : 0;
+
+  nlohmann::ordered_json j;
+  j["model"] = {{"name", f.model_name},
+                {"task", f.task},
+                {"parameters", f.parameters},
+                {"tokens_per_sample", f.tokens_per_sample}};
+  j["grid"] = {{"world_size", f.world_size}, {"dp", f.dp}, {"tp", f.tp},
+               {"threads_per_rank", f.threads_per_rank}, {"device", f.device}};
+  j["steps"] = f.steps;
+  j["samples_trained"] = f.samples_trained;
+  j["samples_evaluated"] = f.samples_evaluated;
+  j["rank_seconds"] = {{"forward", p[0]},   {"backward", p[1]},   {"optimizer", p[2]},
+                       {"comm_wait", p[3]}, {"data_wait", p[4]},  {"eval", p[5]},
+                       {"checkpoint", p[6]}, {"train_loop", p[7]}, {"total", p[8]}};
+  j["wall_seconds"] = {{"train_loop", train_wall}, {"eval", f.eval_seconds_total},
+                       {"total", p[8] / f.world_size}};
+  j["flops"] = {{"forward_per_sample", f.forward_flops_per_sample},
+                {"train_per_sample", train_flops_per_sample},
+                {"eval_per_sample", f.forward_flops_per_sample},
+                {"train_total", train_flops},
+                {"eval_total", eval_flops}};
+  j["throughput"] = {
+      {"train_samples_per_s", train_sps},
+      {"eval_samples_per_s", eval_sps},
+      {"train_flops_per_s", train_wall > 0 ? train_flops / train_wall : 0},
+      {"train_flops_per_s_per_rank", train_wall > 0 ? train_flops / train_wall / f.world_size : 0},
+      {"eval_flops_per_s", f.eval_seconds_total > 0 ? eval_flops / f.eval_seconds_total : 0}};
+  if (f.tokens_per_sample > 1) {
+    j["throughput"]["train_tokens_per_s"] = train_sps * static_cast<double>(f.tokens_per_sample);
+    j["throughput"]["eval_tokens_per_s"] = eval_sps * static_cast<double>(f.tokens_per_sample);
+  }
+  // Measured: seconds per trained sample over seconds per evaluated sample (FLOPs predict 3).
+  j["cost_ratio_train_to_eval"] = {
+      {"flops", 3.0},
+      {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
+  std::vector<std::int64_t> peaks(rss.data_ptr<std::int64_t>(),
+                                  rss.data_ptr<std::int64_t>() + rss.numel());
+  j["peak_rss_bytes_per_rank"] = peaks;
+  return j;
+}
+
+std::string ledger_summary(const nlohmann::ordered_json& j) {
+  const auto& rs = j["rank_seconds"];
+  const double total = rs["total"].get<double>();
+  auto pct = [&](const char* key) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f%%", total > 0 ? 100.0 * rs[key].get<double>() / total : 0.0);
+    return std::string(buf);
+  };
+  char line[512];
+  std::string out = "compute ledger (ledger.json):\n";
+  std::snprintf(line, sizeof line,
+                "  rank-seconds %.1f: forward %s, backward %s, optimizer %s, comm wait %s, data "
+                "wait %s, eval %s, checkpoint %s\n",
+                total, pct("forward").c_str(), pct("backward").c_str(), pct("optimizer").c_str(),
+                pct("comm_wait").c_str(), pct("data_wait").c_str(), pct("eval").c_str(),
+                pct("checkpoint").c_str());
+  out += line;
+  const auto& t = j["throughput"];
+  std::snprintf(line, sizeof line,
+                "  train %.0f samples/s (%.2f GFLOP/s), eval %.0f samples/s; FLOPs/sample train "
+                "%.3g, eval %.3g; measured train:eval cost per sample %.2f (FLOPs say 3)\n",
+                t["train_samples_per_s"].get<double>(), t["train_flops_per_s"].get<double>() / 1e9,
+                t["eval_samples_per_s"].get<double>(), j["flops"]["train_per_sample"].get<double>(),
+                j["flops"]["eval_per_sample"].get<double>(),
+                j["cost_ratio_train_to_eval"]["measured"].get<double>());
+  out += line;
+  std::int64_t peak = 0;
+  for (const auto& v : j["peak_rss_bytes_per_rank"]) peak = std::max(peak, v.get<std::int64_t>());
+  out += str("  peak resident memory per rank: up to ", format_bytes(static_cast<double>(peak)));
+  return out;
+}
+
+}  // namespace hpctrain::train

@@ -1,0 +1,101 @@
+#include "hpctrain/train/optimizer.hpp"
+
+#include <cmath>
+
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::train {
+
+OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
+  OptimizerConfig c;
+  c.name = s.get<std::string>("name", c.name);
+  s.check_choice("name", c.name, {"sgd", "adam", "adamw"});
+  c.lr = s.get<double>("lr", c.lr);
+  c.momentum = s.get<double>("momentum", c.momentum);
+  c.nesterov = s.get<bool>("nesterov", c.nesterov);
+  c.weight_decay = s.get<double>("weight_decay", c.name == "adamw" ? 0.01 : 0.0);
+  auto betas = s.get<std::vector<double>>("betas", {c.beta1, c.beta2});
+  c.eps = s.get<double>("eps", c.eps);
+  c.grad_clip = s.get<double>("grad_clip", c.grad_clip);
+  c.grad_accumulation = s.get<int>("grad_accumulation", c.grad_accumulation);
+  c.on_nonfinite = s.get<std::string>("on_nonfinite", c.on_nonfinite);
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) s.fail("lr", "must be a positive number");
+  if (c.momentum < 0 || c.momentum >= 1) s.fail("momentum", "must be in [0, 1)");
+  if (c.nesterov && c.momentum == 0) s.fail("nesterov", "Nesterov momentum needs optim.momentum > 0");
+  if (c.nesterov && c.name != "sgd") s.fail("nesterov", "applies to sgd only");
+  if (c.weight_decay < 0) s.fail("weight_decay", "must be >= 0");
+  if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1) {
+    s.fail("betas", "must be two numbers in [0, 1), e.g. [0.9, 0.999]");
+  }
+  c.beta1 = betas[0];
+  c.beta2 = betas[1];
+  if (!(c.eps > 0)) s.fail("eps", "must be positive");
+  if (c.grad_clip < 0) s.fail("grad_clip", "must be >= 0 (0 turns clipping off)");
+  if (c.grad_accumulation < 1) s.fail("grad_accumulation", "must be at least 1");
+  s.check_choice("on_nonfinite", c.on_nonfinite, {"stop", "skip"});
+  return c;
+}
+
+Optimizer::Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config)
+    : flat_(flat), config_(config) {
+  auto& p = flat_.params();
+  if (config_.name == "sgd") {
+    if (config_.momentum > 0) momentum_ = torch::zeros_like(p);
+  } else {
+    exp_avg_ = torch::zeros_like(p);
+    exp_avg_sq_ = torch::zeros_like(p);
+  }
+  scratch_ = torch::empty_like(p);
+}
+
+void Optimizer::step(double lr) {
+  torch::NoGradGuard no_grad;
+  auto& p = flat_.params();
+  auto& g = flat_.grads();
+  ++steps_;
+  const double wd = config_.weight_decay;
+  if (config_.name == "sgd") {
+    // torch.optim.SGD (dampening 0): d = g + wd p; buf = m buf + d; d = nesterov ? d + m buf : buf.
+    torch::Tensor d = g;
+    if (wd != 0) d = torch::add_out(scratch_, g, p, wd);
+    if (config_.momentum > 0) {
+      if (steps_ == 1) {
+        momentum_.copy_(d);
+      } else {
+        momentum_.mul_(config_.momentum).add_(d);
+      }
+      if (config_.nesterov) {
+        d = torch::add_out(scratch_, d, momentum_, config_.momentum);
+      } else {
+        d = momentum_;
+      }
+    }
+    p.add_(d, -lr);
+    return;
+  }
+  // torch.optim.Adam / AdamW.
+  torch::Tensor grad = g;
+  if (config_.name == "adamw") {
+    if (wd != 0) p.mul_(1 - lr * wd);
+  } else if (wd != 0) {
+    grad = torch::add_out(scratch_, g, p, wd);
+  }
+  exp_avg_.mul_(config_.beta1).add_(grad, 1 - config_.beta1);
+  exp_avg_sq_.mul_(config_.beta2).addcmul_(grad, grad, 1 - config_.beta2);
+  const double bias1 = 1 - std::pow(config_.beta1, static_cast<double>(steps_));
+  const double bias2 = 1 - std::pow(config_.beta2, static_cast<double>(steps_));
+  torch::sqrt_out(scratch_, exp_avg_sq_);
+  scratch_.div_(std::sqrt(bias2)).add_(config_.eps);
+  p.addcdiv_(exp_avg_, scratch_, -lr / bias1);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Optimizer::state() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  if (exp_avg_.defined()) out.emplace_back("exp_avg", exp_avg_);
+  if (exp_avg_sq_.defined()) out.emplace_back("exp_avg_sq", exp_avg_sq_);
+  if (momentum_.defined()) out.emplace_back("momentum_buffer", momentum_);
+  return out;
+}
+
+}  // namespace hpctrain::train

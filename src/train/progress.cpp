@@ -1,0 +1,60 @@
+#include "hpctrain/train/progress.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::train {
+
+RunLog::RunLog(bool active, const std::string& run_dir, const std::string& mode,
+               std::int64_t total_steps)
+    : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
+  if (!active_) return;
+  live_ = mode == "live" || (mode == "auto" && isatty(STDOUT_FILENO));
+  off_ = mode == "off";
+  const std::string path = run_dir + "/metrics.jsonl";
+  metrics_.open(path, std::ios::app);
+  if (!metrics_) {
+    throw Error(str("cannot open ", path, " for appending: check that run.dir is writable"));
+  }
+}
+
+RunLog::~RunLog() {
+  if (active_ && live_shown_) std::printf("\n");
+}
+
+void RunLog::record(nlohmann::ordered_json object) {
+  if (!active_) return;
+  object["time"] = std::chrono::duration<double>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+  metrics_ << object.dump() << '\n';
+  metrics_.flush();
+}
+
+void RunLog::live(std::int64_t step, std::int64_t epoch, double loss, double lr,
+                  double samples_per_s) {
+  if (!active_ || !live_ || off_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (live_shown_ && now - last_live_ < std::chrono::milliseconds(200) && step < total_steps_) return;
+  last_live_ = now;
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const double eta = step > 0 ? elapsed / step * static_cast<double>(total_steps_ - step) : 0;
+  std::printf("\r\033[K step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %.0f samples/s | ETA %s",
+              static_cast<long long>(step), static_cast<long long>(total_steps_),
+              static_cast<long long>(epoch), loss, lr, samples_per_s, format_seconds(eta).c_str());
+  std::fflush(stdout);
+  live_shown_ = true;
+}
+
+void RunLog::line(const std::string& text) {
+  if (!active_ || off_) return;
+  if (live_shown_) std::printf("\r\033[K");
+  std::printf("[hpctrain] %s\n", text.c_str());
+  std::fflush(stdout);
+  live_shown_ = false;
+}
+
+}  // namespace hpctrain::train
