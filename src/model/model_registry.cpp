@@ -10,6 +10,7 @@ namespace hpctrain::model {
 // Model families; each is defined in its own file.
 std::shared_ptr<Model> make_mlp(ConfigSection& section, const ModelContext& ctx);
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx);
+std::shared_ptr<Model> make_gpt(ConfigSection&, const ModelContext&);
 
 namespace {
 
@@ -17,6 +18,7 @@ const std::map<std::string, ModelFactory>& registry() {
   static const std::map<std::string, ModelFactory> factories = {
       {"mlp", make_mlp},
       {"cnn", make_cnn},
+      {"gpt", make_gpt},
   };
   return factories;
 }

@@ -1,0 +1,178 @@
+#pragma once
+// GPT: a decoder-only transformer language model, tensor-parallel over the tp group
+// (docs/TENSOR_PARALLEL.md has the whole picture).
+//
+//   model: {name: gpt, vocab_size: 256, seq_len: 128, layers: 4, heads: 4, width: 128,
+//           mlp_ratio: 4, tied_embeddings: true, dropout: 0.0}
+//
+// Token + learned position embeddings, `layers` pre-norm blocks (LayerNorm -> causal
+// self-attention with the heads split across tp ranks; LayerNorm -> MLP width -> mlp_ratio *
+// width -> width with tanh-GELU), a final LayerNorm, and an output head: the token embedding
+// itself (tied) or its own vocabulary-parallel matrix. forward() returns this rank's vocabulary
+// slice of the logits; loss() uses the vocabulary-parallel cross entropy, so no rank ever holds
+// the full logits.
+//
+// Parameters (state_dict names, logical shape, split dim; D = width, F = mlp_ratio * D,
+// V = vocab_size, T = seq_len):
+//   wte.weight                  [V, D]     0   (padded to ceil(V / tp) rows per rank)
+//   wpe.weight                  [T, D]     replicated
+//   blocks.i.ln1.weight/bias    [D]        replicated
+//   blocks.i.attn.qkv.weight    [3, D, D]  1   (q, k, v stacked; a rank holds its heads of each)
+//   blocks.i.attn.qkv.bias      [3, D]     1
+//   blocks.i.attn.proj.weight   [D, D]     1
+//   blocks.i.attn.proj.bias     [D]        replicated
+//   blocks.i.ln2.weight/bias    [D]        replicated
+//   blocks.i.mlp.fc.weight      [F, D]     0
+//   blocks.i.mlp.fc.bias        [F]        0
+//   blocks.i.mlp.proj.weight    [D, F]     1
+//   blocks.i.mlp.proj.bias      [D]        replicated
+//   ln_f.weight/bias            [D]        replicated
+//   lm_head.weight              [V, D]     0   (untied only; padded like wte)
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/tensor_parallel_linear.hpp"
+#include "hpctrain/parallel/vocab_parallel_embedding.hpp"
+
+namespace hpctrain::model {
+
+/// The model section of a GPT, validated.
+struct GptOptions {
+  std::int64_t vocab_size = 256;
+  std::int64_t seq_len = 128;
+  std::int64_t layers = 4;
+  std::int64_t heads = 4;
+  std::int64_t width = 128;
+  double mlp_ratio = 4.0;
+  bool tied_embeddings = true;
+  double dropout = 0.0;
+
+  /// MLP hidden width, width * mlp_ratio. Local.
+  std::int64_t mlp_width() const;
+};
+
+/// Reads model.{vocab_size, seq_len, layers, heads, width, mlp_ratio, tied_embeddings, dropout}
+/// and checks them for a tp group of `tp_size` ranks: heads % tp == 0, width % heads == 0,
+/// width * mlp_ratio a whole number divisible by tp. Throws ConfigError naming the key. Local:
+/// every rank runs it on the same config before any collective.
+GptOptions read_gpt_options(ConfigSection& section, int tp_size);
+
+/// Causal self-attention with heads split across the tp group: QKV column-parallel (this rank's
+/// heads), scores and softmax local to each head, output projection row-parallel.
+class GptAttention : public torch::nn::Module {
+ public:
+  /// `name` is the state_dict prefix ("blocks.0.attn"). Local.
+  GptAttention(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+               std::uint64_t seed);
+  /// x [B, T, D] (same on every tp rank) -> [B, T, D]; `mask` is the additive causal mask
+  /// [T, T] (0 on and below the diagonal, -inf above) in x's dtype. Collective over tp.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+
+  std::shared_ptr<parallel::ColumnParallelLinear> qkv;
+  std::shared_ptr<parallel::RowParallelLinear> proj;
+
+ private:
+  std::int64_t local_heads_;
+  std::int64_t head_dim_;
+  double dropout_;
+};
+
+/// The MLP: fc column-parallel (width -> F, tanh-GELU), proj row-parallel (F -> width).
+class GptMlp : public torch::nn::Module {
+ public:
+  /// `name` is the state_dict prefix ("blocks.0.mlp"). Local.
+  GptMlp(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+         std::uint64_t seed);
+  /// [B, T, D] -> [B, T, D]. Collective over tp.
+  torch::Tensor forward(const torch::Tensor& x);
+
+  std::shared_ptr<parallel::ColumnParallelLinear> fc;
+  std::shared_ptr<parallel::RowParallelLinear> proj;
+};
+
+/// One pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+class GptBlock : public torch::nn::Module {
+ public:
+  /// `name` is the state_dict prefix ("blocks.0"). Local.
+  GptBlock(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+           std::uint64_t seed);
+  /// [B, T, D] -> [B, T, D]. Collective over tp.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+
+  torch::nn::LayerNorm ln1{nullptr};
+  std::shared_ptr<GptAttention> attn;
+  torch::nn::LayerNorm ln2{nullptr};
+  std::shared_ptr<GptMlp> mlp;
+
+ private:
+  double dropout_;
+};
+
+/// The GPT language model (see the top of this file).
+class Gpt : public Model {
+ public:
+  /// Builds the model for tp group `tp` (null or size 1: unsharded) with every weight drawn from
+  /// (seed, parameter name), so any tp starts from the same logical weights. `options` must
+  /// have passed read_gpt_options for this tp size. Local.
+  Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed);
+
+  /// int64 tokens [B, T] (T <= seq_len, ids < vocab_size) -> this rank's vocabulary slice of
+  /// the logits [B, T, ceil(vocab_size / tp)]. Columns past vocab_size (padding, last ranks
+  /// only) hold garbage and are ignored by loss(). Collective over tp.
+  torch::Tensor forward(const torch::Tensor& inputs) override;
+  /// Next-token loss of `outputs` (from forward) against int64 targets [B, T]: loss = mean over
+  /// tokens, loss_sum, correct = top-1 hits, count = B * T. Identical on every tp rank, so
+  /// metrics are reduced over the dp group only. Collective over tp.
+  LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
+  std::string task() const override { return "language_model"; }
+  /// Per sequence of seq_len tokens: 2 * N * T + 2 * layers * T^2 * width, N = logical
+  /// non-embedding parameters (everything but wte, wpe and lm_head); the output head and
+  /// causal masking are not counted (Kaplan et al. 2020). Training costs about 3x. Local.
+  double forward_flops_per_sample() const override;
+  /// Logical shape and split of every parameter (table at the top of this file). Local.
+  ShardInfo shard_info(const std::string& name) const override;
+
+  /// Parameters replicated within the tp group (norms, row-parallel biases, positions). Local.
+  std::vector<torch::Tensor> replicated_parameters() const;
+  const GptOptions& options() const { return options_; }
+  /// The tp group the model was built for (null for tp = 1 without a communicator). Local.
+  const parallel::CommPtr& tp() const { return tp_; }
+
+  std::shared_ptr<parallel::VocabParallelEmbedding> wte;
+  std::shared_ptr<torch::nn::Module> wpe;  ///< holds "weight" [seq_len, width]
+  torch::nn::ModuleList blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  /// Untied output head: column-parallel [V, D] without bias or gather, vocabulary padded like
+  /// wte; null when tied.
+  std::shared_ptr<parallel::ColumnParallelLinear> lm_head;
+
+ private:
+  // The additive causal mask for seq_len, built on first use for the device and dtype of the
+  // activations and kept (not a registered buffer: it is derived, not state).
+  const torch::Tensor& causal_mask(const torch::Tensor& like);
+  void add_shards(const std::string& prefix,
+                  const std::vector<std::pair<std::string, parallel::TensorShard>>& shards);
+
+  GptOptions options_;
+  parallel::CommPtr tp_;
+  std::map<std::string, ShardInfo> shard_infos_;
+  std::vector<std::shared_ptr<GptBlock>> blocks_;  // the ModuleList's blocks, typed
+  torch::Tensor wpe_weight_;
+  torch::Tensor causal_mask_;
+};
+
+/// Averages, over the tp group, the gradients of every parameter that `model` reports as
+/// replicated (shard_info(name).split_dim == -1). Those gradients are already identical on every
+/// tp rank in exact arithmetic and, with MPI and NCCL, bitwise (tests/mpi/parallel checks it); call
+/// this after backward and before the optimizer step as a guard when a backend or kernel may
+/// reduce in a rank-dependent order. Collective over tp (a no-op for tp = 1).
+void sync_replicated_gradients(Model& model, comm::Communicator& tp);
+
+}  // namespace hpctrain::model

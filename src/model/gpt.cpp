@@ -1,0 +1,217 @@
+// The GPT model: embeddings, blocks, head, its config section, shard table and FLOP count.
+
+#include "hpctrain/model/gpt.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::model {
+
+std::int64_t GptOptions::mlp_width() const {
+  return static_cast<std::int64_t>(std::llround(static_cast<double>(width) * mlp_ratio));
+}
+
+GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
+  GptOptions o;
+  o.vocab_size = section.get<std::int64_t>("vocab_size", o.vocab_size);
+  o.seq_len = section.get<std::int64_t>("seq_len", o.seq_len);
+  o.layers = section.get<std::int64_t>("layers", o.layers);
+  o.heads = section.get<std::int64_t>("heads", o.heads);
+  o.width = section.get<std::int64_t>("width", o.width);
+  o.mlp_ratio = section.get<double>("mlp_ratio", o.mlp_ratio);
+  o.tied_embeddings = section.get<bool>("tied_embeddings", o.tied_embeddings);
+  o.dropout = section.get<double>("dropout", o.dropout);
+  if (o.vocab_size < 2) section.fail("vocab_size", "must be at least 2 (256 for byte-level text)");
+  if (o.seq_len < 1) section.fail("seq_len", "must be positive");
+  if (o.layers < 1) section.fail("layers", "must be positive");
+  if (o.heads < 1) section.fail("heads", "must be positive");
+  if (o.width < 1) section.fail("width", "must be positive");
+  if (!(o.mlp_ratio > 0)) section.fail("mlp_ratio", "must be positive");
+  if (o.dropout < 0 || o.dropout >= 1) section.fail("dropout", "must be in [0, 1)");
+  if (tp_size < 1) throw ConfigError(str("gpt: tensor-parallel size ", tp_size, " must be >= 1"));
+  if (o.width % o.heads != 0) {
+    section.fail("width", str("must be divisible by model.heads = ", o.heads,
+                              " (each head has width / heads dimensions)"));
+  }
+  if (o.heads % tp_size != 0) {
+    section.fail("heads", str("must be divisible by the tensor-parallel size tp = ", tp_size,
+                              " (each tp rank computes heads / tp whole heads); use a multiple "
+                              "of ",
+                              tp_size, " heads or a tp that divides ", o.heads));
+  }
+  const double mlp = static_cast<double>(o.width) * o.mlp_ratio;
+  if (std::fabs(mlp - std::round(mlp)) > 1e-9) {
+    section.fail("mlp_ratio",
+                 str("width * mlp_ratio = ", mlp, " must be a whole number of MLP features"));
+  }
+  if (o.mlp_width() % tp_size != 0) {
+    section.fail("mlp_ratio", str("width * mlp_ratio = ", o.mlp_width(),
+                                  " MLP features must be divisible by "
+                                  "the tensor-parallel size tp = ",
+                                  tp_size, "; change mlp_ratio or tp"));
+  }
+  return o;
+}
+
+Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed)
+    : options_(options), tp_(std::move(tp)) {
+  const std::int64_t d = options.width;
+  wte = register_module("wte", std::make_shared<parallel::VocabParallelEmbedding>(
+                                   options.vocab_size, d, tp_, "wte", seed));
+  add_shards("wte", wte->shards());
+  wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
+  wpe_weight_ = wpe->register_parameter(
+      "weight", parallel::init_normal_shard(
+                    seed, "wpe.weight", parallel::TensorShard{{options.seq_len, d}}, 0.02, 0, 1));
+  blocks = register_module("blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < options.layers; ++i) {
+    const std::string prefix = str("blocks.", i);
+    auto block = std::make_shared<GptBlock>(options, tp_, prefix, seed);
+    blocks->push_back(block);
+    add_shards(prefix + ".attn.qkv", block->attn->qkv->shards());
+    add_shards(prefix + ".attn.proj", block->attn->proj->shards());
+    add_shards(prefix + ".mlp.fc", block->mlp->fc->shards());
+    add_shards(prefix + ".mlp.proj", block->mlp->proj->shards());
+    blocks_.push_back(std::move(block));
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5)));
+  if (!options.tied_embeddings) {
+    lm_head =
+        register_module("lm_head", std::make_shared<parallel::ColumnParallelLinear>(
+                                       parallel::ColumnParallelLinearOptions(d, options.vocab_size)
+                                           .bias(false)
+                                           .pad_outputs(true),
+                                       tp_, "lm_head", seed));
+    add_shards("lm_head", lm_head->shards());
+  }
+  // Everything not sharded above is replicated: record it too, so shard_info is one lookup.
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    if (shard_infos_.count(item.key()) == 0) {
+      shard_infos_[item.key()] = ShardInfo{item.value().sizes().vec(), -1};
+    }
+  }
+}
+
+void Gpt::add_shards(const std::string& prefix,
+                     const std::vector<std::pair<std::string, parallel::TensorShard>>& shards) {
+  for (const auto& [name, shard] : shards) {
+    shard_infos_[prefix + "." + name] = ShardInfo{shard.logical_shape, shard.split_dim};
+  }
+}
+
+const torch::Tensor& Gpt::causal_mask(const torch::Tensor& like) {
+  if (!causal_mask_.defined() || causal_mask_.device() != like.device() ||
+      causal_mask_.scalar_type() != like.scalar_type()) {
+    torch::NoGradGuard no_grad;
+    const std::int64_t s = options_.seq_len;
+    causal_mask_ =
+        torch::full({s, s}, -std::numeric_limits<double>::infinity(), like.options()).triu_(1);
+  }
+  return causal_mask_;
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
+  if (inputs.dim() != 2 || inputs.scalar_type() != torch::kLong) {
+    throw DataError(str("gpt: inputs must be int64 token ids [batch, seq], got ",
+                        c10::toString(inputs.scalar_type()), " ", inputs.sizes()));
+  }
+  const std::int64_t t = inputs.size(1);
+  if (t < 1 || t > options_.seq_len) {
+    throw DataError(str("gpt: sequences of ", t, " tokens do not fit model.seq_len = ",
+                        options_.seq_len, "; use data with at most seq_len tokens per sample"));
+  }
+  if (inputs.device().is_cpu() && inputs.numel() > 0) {  // on GPUs this would cost a sync
+    const auto lo = inputs.min().item<std::int64_t>();
+    const auto hi = inputs.max().item<std::int64_t>();
+    if (lo < 0 || hi >= options_.vocab_size) {
+      throw DataError(str("gpt: token id ", lo < 0 ? lo : hi, " outside the vocabulary [0, ",
+                          options_.vocab_size, "); check model.vocab_size against the data"));
+    }
+  }
+  torch::Tensor x = torch::add(wte->forward(inputs), wpe_weight_.narrow(0, 0, t));
+  if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
+  const torch::Tensor mask = causal_mask(x).narrow(0, 0, t).narrow(1, 0, t);
+  for (const auto& block : blocks_) x = block->forward(x, mask);
+  x = ln_f->forward(x);
+  return options_.tied_embeddings ? wte->logits(x) : lm_head->forward(x);
+}
+
+LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
+  if (targets.dim() != 2 || outputs.dim() != 3 || outputs.size(0) != targets.size(0) ||
+      outputs.size(1) != targets.size(1)) {
+    throw DataError(str("gpt: targets ", targets.sizes(), " do not match logits ", outputs.sizes(),
+                        "; expected targets [batch, seq]"));
+  }
+  if (targets.device().is_cpu() && targets.numel() > 0) {
+    const auto lo = targets.min().item<std::int64_t>();
+    const auto hi = targets.max().item<std::int64_t>();
+    if (lo < 0 || hi >= options_.vocab_size) {
+      throw DataError(str("gpt: target id ", lo < 0 ? lo : hi, " outside the vocabulary [0, ",
+                          options_.vocab_size, "); check model.vocab_size against the data"));
+    }
+  }
+  torch::Tensor predictions;
+  torch::Tensor per_token = parallel::vocab_parallel_cross_entropy(
+      outputs, targets, tp_, options_.vocab_size, &predictions);
+  LossOutput out;
+  out.count = targets.numel();
+  out.loss = per_token.mean();
+  out.loss_sum = per_token.detach().sum(torch::kDouble).item<double>();
+  out.correct = predictions.eq(targets).sum().item<std::int64_t>();
+  return out;
+}
+
+double Gpt::forward_flops_per_sample() const {
+  double non_embedding = 0;
+  for (const auto& [name, info] : shard_infos_) {
+    if (name == "wte.weight" || name == "wpe.weight" || name == "lm_head.weight") continue;
+    double n = 1;
+    for (auto s : info.logical_shape) n *= static_cast<double>(s);
+    non_embedding += n;
+  }
+  const double t = static_cast<double>(options_.seq_len);
+  return 2.0 * non_embedding * t +
+         2.0 * static_cast<double>(options_.layers) * t * t * static_cast<double>(options_.width);
+}
+
+ShardInfo Gpt::shard_info(const std::string& name) const {
+  auto it = shard_infos_.find(name);
+  if (it != shard_infos_.end()) return it->second;
+  return Model::shard_info(name);
+}
+
+std::vector<torch::Tensor> Gpt::replicated_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    if (shard_info(item.key()).split_dim < 0) out.push_back(item.value());
+  }
+  return out;
+}
+
+void sync_replicated_gradients(Model& model, comm::Communicator& tp) {
+  if (tp.size() == 1) return;
+  std::vector<torch::Tensor> replicated;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (model.shard_info(item.key()).split_dim < 0) replicated.push_back(item.value());
+  }
+  parallel::average_gradients(replicated, tp);
+}
+
+std::shared_ptr<Model> make_gpt(ConfigSection& section, const ModelContext& ctx) {
+  GptOptions options = read_gpt_options(section, ctx.tp_size);
+  if (ctx.tp_size > 1 &&
+      (!ctx.tp || ctx.tp->size() != ctx.tp_size || ctx.tp->rank() != ctx.tp_rank)) {
+    throw Error(str("gpt: the model context says tp rank ", ctx.tp_rank, " of ", ctx.tp_size,
+                    " but its tp communicator is ",
+                    ctx.tp ? str("rank ", ctx.tp->rank(), " of ", ctx.tp->size()) : "missing",
+                    "; build ModelContext from the process grid's tp group"));
+  }
+  return std::make_shared<Gpt>(options, ctx.tp_size > 1 ? ctx.tp : nullptr, ctx.seed);
+}
+
+}  // namespace hpctrain::model

@@ -1,0 +1,98 @@
+// The transformer block of the GPT model: causal self-attention and MLP, each a column-parallel
+// layer followed by a row-parallel one, so a block costs two all-reduces forward and two backward.
+
+#include <cmath>
+
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::model {
+namespace {
+
+// GPT-2: residual projections start smaller so the residual stream's variance does not grow
+// with depth (each block adds two of them).
+double residual_std(const GptOptions& options) {
+  return 0.02 / std::sqrt(2.0 * static_cast<double>(options.layers));
+}
+
+}  // namespace
+
+GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+                           std::uint64_t seed)
+    : local_heads_(options.heads / parallel::tp_size_of(tp)),
+      head_dim_(options.width / options.heads),
+      dropout_(options.dropout) {
+  const std::int64_t d = options.width;
+  qkv = register_module("qkv", std::make_shared<parallel::ColumnParallelLinear>(
+                                   parallel::ColumnParallelLinearOptions(d, 3 * d).stacked(3), tp,
+                                   name + ".qkv", seed));
+  proj = register_module(
+      "proj", std::make_shared<parallel::RowParallelLinear>(
+                  parallel::RowParallelLinearOptions(d, d).init_std(residual_std(options)), tp,
+                  name + ".proj", seed));
+}
+
+torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  const std::int64_t batch = x.size(0);
+  const std::int64_t t = x.size(1);
+  const std::int64_t bh = batch * local_heads_;
+  // [B, T, 3 * H * hd] -> [3, B, H, T, hd]: one copy lays out q, k and v as contiguous batches
+  // of per-head matrices for bmm.
+  torch::Tensor qkv_heads = qkv->forward(x)
+                                .view({batch, t, 3, local_heads_, head_dim_})
+                                .permute({2, 0, 3, 1, 4})
+                                .contiguous();
+  torch::Tensor q = qkv_heads[0].view({bh, t, head_dim_});
+  torch::Tensor k = qkv_heads[1].view({bh, t, head_dim_});
+  torch::Tensor v = qkv_heads[2].view({bh, t, head_dim_});
+  // scores = mask + q k^T / sqrt(hd) in one fused call; the [T, T] mask broadcasts over B * H.
+  torch::Tensor scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0,
+                                        /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  torch::Tensor probs = torch::softmax(scores, -1);
+  if (dropout_ > 0) probs = torch::dropout(probs, dropout_, is_training());
+  torch::Tensor context = torch::bmm(probs, v)  // [B H, T, hd] -> [B, T, H hd]
+                              .view({batch, local_heads_, t, head_dim_})
+                              .transpose(1, 2)
+                              .reshape({batch, t, local_heads_ * head_dim_});
+  return proj->forward(context);
+}
+
+GptMlp::GptMlp(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+               std::uint64_t seed) {
+  const std::int64_t d = options.width;
+  const std::int64_t f = options.mlp_width();
+  fc = register_module("fc",
+                       std::make_shared<parallel::ColumnParallelLinear>(
+                           parallel::ColumnParallelLinearOptions(d, f), tp, name + ".fc", seed));
+  proj = register_module(
+      "proj", std::make_shared<parallel::RowParallelLinear>(
+                  parallel::RowParallelLinearOptions(f, d).init_std(residual_std(options)), tp,
+                  name + ".proj", seed));
+}
+
+torch::Tensor GptMlp::forward(const torch::Tensor& x) {
+  return proj->forward(torch::gelu(fc->forward(x), "tanh"));
+}
+
+GptBlock::GptBlock(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
+                   std::uint64_t seed)
+    : dropout_(options.dropout) {
+  const auto norm = torch::nn::LayerNormOptions({options.width}).eps(1e-5);
+  ln1 = register_module("ln1", torch::nn::LayerNorm(norm));
+  attn = register_module("attn", std::make_shared<GptAttention>(options, tp, name + ".attn", seed));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(norm));
+  mlp = register_module("mlp", std::make_shared<GptMlp>(options, tp, name + ".mlp", seed));
+}
+
+torch::Tensor GptBlock::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  // Dropout on the replicated residual branch draws the same mask on every tp rank only if the
+  // ranks' default generators agree (the trainer seeds them alike within a tp group).
+  torch::Tensor h = attn->forward(ln1->forward(x), mask);
+  if (dropout_ > 0) h = torch::dropout(h, dropout_, is_training());
+  torch::Tensor y = torch::add(x, h);
+  h = mlp->forward(ln2->forward(y));
+  if (dropout_ > 0) h = torch::dropout(h, dropout_, is_training());
+  return torch::add(y, h);
+}
+
+}  // namespace hpctrain::model

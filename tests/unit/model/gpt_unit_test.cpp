@@ -1,0 +1,177 @@
+// The GPT model without tensor parallelism: config validation (including the tp divisibility
+// rules, checked before any communicator is touched), parameter names and shard table, the FLOP
+// formula, causality, and input checks.
+
+#include <gtest/gtest.h>
+
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
+
+namespace hpctrain::model {
+namespace {
+
+const char* kTiny =
+    "model: {name: gpt, vocab_size: 256, seq_len: 16, layers: 2, heads: 4, width: 32}";
+
+std::shared_ptr<Model> build(const std::string& yaml, int tp_size = 1,
+                             const std::vector<std::string>& overrides = {}) {
+  Config config = Config::parse(yaml, "<test>");
+  for (const auto& o : overrides) config.set(o);
+  ConfigSection section = config.section("model");
+  ModelContext ctx;
+  ctx.tp_size = tp_size;
+  ctx.seed = 7;
+  auto model = build_model(section, ctx);
+  config.check_unknown_keys();
+  return model;
+}
+
+// Builds with `override` at tp size `tp` and expects a ConfigError naming `key`.
+void expect_config_error(const std::string& override, int tp, const std::string& key) {
+  try {
+    build(kTiny, tp, {override});
+    ADD_FAILURE() << override << " at tp=" << tp << ": no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(key), std::string::npos)
+        << override << " at tp=" << tp << ": " << e.what();
+  }
+}
+
+TEST(GptConfig, BadTensorParallelSizesNameTheKey) {
+  expect_config_error("model.heads=6", 4, "model.heads");
+  expect_config_error("model.heads=4", 8, "model.heads");
+  expect_config_error("model.width=30", 2, "model.width");
+  // 32 * 1.0625 = 34 MLP features: not divisible by 4.
+  expect_config_error("model.mlp_ratio=1.0625", 4, "model.mlp_ratio");
+  expect_config_error("model.mlp_ratio=1.01", 1, "model.mlp_ratio");  // 32.32 features
+  expect_config_error("model.vocab_size=1", 1, "model.vocab_size");
+  expect_config_error("model.dropout=1.5", 1, "model.dropout");
+  expect_config_error("model.layers=0", 1, "model.layers");
+  expect_config_error("model.tied_embeddings=yes", 1, "model.tied_embeddings");
+}
+
+TEST(GptConfig, ValidTensorParallelSizesNeedACommunicator) {
+  // The config is fine for tp = 4 but the context has no tp group: a plain Error, not a hang.
+  EXPECT_THROW(build(kTiny, 4), Error);
+}
+
+TEST(GptConfig, DefaultsAreRecorded) {
+  Config config = Config::parse("model: {name: gpt}", "<test>");
+  ConfigSection section = config.section("model");
+  GptOptions o = read_gpt_options(section, 1);
+  EXPECT_EQ(o.vocab_size, 256);
+  EXPECT_TRUE(o.tied_embeddings);
+  EXPECT_EQ(o.mlp_width(), 4 * o.width);
+  const std::string dump = config.dump();
+  for (const char* key : {"vocab_size", "seq_len", "layers", "heads", "width", "mlp_ratio",
+                          "tied_embeddings", "dropout"}) {
+    EXPECT_NE(dump.find(key), std::string::npos) << key << " missing from\n" << dump;
+  }
+}
+
+TEST(Gpt, ParameterNamesShardsAndFlops) {
+  auto model = build(kTiny);
+  EXPECT_EQ(model->task(), "language_model");
+  const std::int64_t d = 32;
+  const std::int64_t f = 128;
+  const std::map<std::string, std::pair<std::vector<std::int64_t>, int>> want = {
+      {"wte.weight", {{256, d}, 0}},
+      {"wpe.weight", {{16, d}, -1}},
+      {"blocks.1.ln1.weight", {{d}, -1}},
+      {"blocks.1.ln1.bias", {{d}, -1}},
+      {"blocks.1.attn.qkv.weight", {{3, d, d}, 1}},
+      {"blocks.1.attn.qkv.bias", {{3, d}, 1}},
+      {"blocks.1.attn.proj.weight", {{d, d}, 1}},
+      {"blocks.1.attn.proj.bias", {{d}, -1}},
+      {"blocks.1.ln2.weight", {{d}, -1}},
+      {"blocks.1.mlp.fc.weight", {{f, d}, 0}},
+      {"blocks.1.mlp.fc.bias", {{f}, 0}},
+      {"blocks.1.mlp.proj.weight", {{d, f}, 1}},
+      {"blocks.1.mlp.proj.bias", {{d}, -1}},
+      {"ln_f.weight", {{d}, -1}},
+  };
+  auto params = model->named_parameters();
+  for (const auto& [name, info] : want) {
+    ASSERT_NE(params.find(name), nullptr) << name;
+    ShardInfo s = model->shard_info(name);
+    EXPECT_EQ(s.logical_shape, info.first) << name;
+    EXPECT_EQ(s.split_dim, info.second) << name;
+    EXPECT_EQ(params[name].sizes().vec(), info.first) << name << " (tp = 1: local = logical)";
+  }
+  EXPECT_EQ(params.find("lm_head.weight"), nullptr) << "tied: no separate head";
+  EXPECT_EQ(params.size(), 2 + 2 * 12 + 2);
+  EXPECT_THROW(model->shard_info("nope"), Error);
+
+  // 2 * N * T + 2 * L * T^2 * D with N the non-embedding parameters.
+  const double per_layer = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);
+  const double n = 2 * per_layer + 2 * d;
+  EXPECT_DOUBLE_EQ(model->forward_flops_per_sample(), 2 * n * 16 + 2 * 2 * 16.0 * 16 * d);
+  EXPECT_EQ(model->logical_parameter_count(), static_cast<std::int64_t>(n) + 256 * d + 16 * d);
+
+  auto untied = build(kTiny, 1, {"model.tied_embeddings=false"});
+  EXPECT_EQ(untied->shard_info("lm_head.weight").logical_shape,
+            (std::vector<std::int64_t>{256, d}));
+  EXPECT_DOUBLE_EQ(untied->forward_flops_per_sample(), model->forward_flops_per_sample());
+}
+
+TEST(Gpt, InitialisationIsDeterministicAndGpt2Scaled) {
+  auto a = build(kTiny);
+  auto b = build(kTiny);
+  for (const auto& item : a->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), b->named_parameters()[item.key()])) << item.key();
+  }
+  auto p = a->named_parameters();
+  EXPECT_TRUE(torch::equal(p["blocks.0.ln1.weight"], torch::ones({32})));
+  EXPECT_TRUE(torch::equal(p["blocks.0.attn.qkv.bias"], torch::zeros({3, 32})));
+  EXPECT_NEAR(p["blocks.0.mlp.fc.weight"].std().item<double>(), 0.02, 0.002);
+  EXPECT_NEAR(p["blocks.0.mlp.proj.weight"].std().item<double>(), 0.02 / 2, 0.001);  // 1/sqrt(4)
+  EXPECT_FALSE(torch::equal(p["blocks.0.mlp.fc.weight"], p["blocks.1.mlp.fc.weight"]));
+  // Another seed, other weights.
+  Config config = Config::parse(kTiny, "<test>");
+  ConfigSection section = config.section("model");
+  ModelContext ctx;
+  ctx.seed = 8;
+  auto c = build_model(section, ctx);
+  EXPECT_FALSE(torch::equal(p["wte.weight"], c->named_parameters()["wte.weight"]));
+}
+
+TEST(Gpt, ForwardIsCausalAndLossIsSane) {
+  auto model = build(kTiny);
+  model->eval();
+  auto inputs = torch::randint(256, {2, 16}, torch::kLong);
+  auto logits = model->forward(inputs);
+  ASSERT_EQ(logits.sizes(), (std::vector<std::int64_t>{2, 16, 256}));
+  // Changing token 10 changes no logit before position 10.
+  auto changed = inputs.clone();
+  changed.select(1, 10).add_(1).remainder_(256);
+  auto logits2 = model->forward(changed);
+  EXPECT_TRUE(torch::allclose(logits.narrow(1, 0, 10), logits2.narrow(1, 0, 10), 0, 0));
+  EXPECT_FALSE(torch::allclose(logits.narrow(1, 10, 6), logits2.narrow(1, 10, 6)));
+  // Shorter sequences reuse the prefix of the cached mask.
+  auto short_logits = model->forward(inputs.narrow(1, 0, 5));
+  EXPECT_TRUE(torch::allclose(short_logits, logits.narrow(1, 0, 5), 1e-6, 1e-6));
+
+  auto targets = torch::randint(256, {2, 16}, torch::kLong);
+  LossOutput out = model->loss(logits, targets);
+  EXPECT_EQ(out.count, 32);
+  // Small initial weights: close to uniform over 256 bytes.
+  EXPECT_NEAR(out.loss.item<double>(), std::log(256.0), 0.2);
+  EXPECT_NEAR(out.loss_sum, out.loss.item<double>() * 32, 1e-3);
+  auto want = torch::nn::functional::cross_entropy(logits.view({-1, 256}), targets.view({-1}));
+  EXPECT_NEAR(out.loss.item<double>(), want.item<double>(), 1e-5);
+  EXPECT_EQ(out.correct, logits.argmax(-1).eq(targets).sum().item<std::int64_t>());
+}
+
+TEST(Gpt, BadInputsThrowDataError) {
+  auto model = build(kTiny);
+  EXPECT_THROW(model->forward(torch::zeros({2, 17}, torch::kLong)), DataError);  // > seq_len
+  EXPECT_THROW(model->forward(torch::full({2, 4}, 256, torch::kLong)), DataError);
+  EXPECT_THROW(model->forward(torch::zeros({2, 4}, torch::kFloat)), DataError);
+  auto logits = model->forward(torch::zeros({2, 4}, torch::kLong));
+  EXPECT_THROW(model->loss(logits, torch::full({2, 4}, -1, torch::kLong)), DataError);
+  EXPECT_THROW(model->loss(logits, torch::zeros({2, 5}, torch::kLong)), DataError);
+}
+
+}  // namespace
+}  // namespace hpctrain::model
