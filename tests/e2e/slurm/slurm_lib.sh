@@ -78,9 +78,9 @@ slurm_down() {
 }
 
 # "${SRUN[@]}" ARGS...: srun with guards, usable as the command of expect_exit: the job may not wait
-# for resources longer than 30 s (--immediate), Slurm ends it after 2 minutes (--time) and timeout
-# ends srun (which then cancels its step) after 90 s.
-SRUN=(timeout 90 srun --immediate=30 --time=2)
+# for resources longer than 20 s (--immediate), Slurm ends it after its 1-minute limit (checked
+# every ~30 s) and timeout ends srun (which then cancels its step) after 60 s.
+SRUN=(timeout 60 srun --immediate=20 --time=1)
 
 # slurm_wait_job JOBID SECONDS: waits until the job has ended; prints its final JobState and
 # ExitCode ("COMPLETED 0:0"). Fails (status 1) when the job has not ended in time.

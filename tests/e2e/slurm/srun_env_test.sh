@@ -5,7 +5,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/slurm_lib.sh"
 slurm_up
 
-expect_exit 0 "$TMP/np2.json" "${SRUN[@]}" -n 2 --mpi=pmix "$HPCTRAIN_BIN" env --json
+expect_exit 0 "$TMP/np2.json" "${SRUN[@]}" -n 2 --mpi=pmix "$HPCTRAIN_BIN" env --json || finish
 $PY - "$TMP/np2.json" <<'PY' || fail "srun -n 2 env JSON"
 import json, sys
 text = open(sys.argv[1]).read()
@@ -17,7 +17,7 @@ assert j["grid"]["dp"] == 2 and j["grid"]["tp"] == 1, j["grid"]
 PY
 
 # --overcommit: 4 ranks on a 2-core node (Slurm otherwise queues the job for 4 CPUs forever).
-expect_exit 0 "$TMP/np4.json" "${SRUN[@]}" -n 4 --overcommit --mpi=pmix "$HPCTRAIN_BIN" env --tp 2 --json
+expect_exit 0 "$TMP/np4.json" "${SRUN[@]}" -n 4 --overcommit --mpi=pmix "$HPCTRAIN_BIN" env --tp 2 --json || finish
 $PY - "$TMP/np4.json" <<'PY' || fail "srun -n 4 env --tp 2 JSON"
 import json, sys
 text = open(sys.argv[1]).read()
