@@ -25,6 +25,14 @@ torch::Tensor logical_leaf(const torch::Tensor& local, const TensorShard& shard,
   return gather_logical(local.detach(), shard, tp).clone().requires_grad_();
 }
 
+// Biases start at zero, which would hide a bias added on every rank before the all-reduce:
+// give the parameter this rank's slab of a seeded random logical tensor.
+void set_logical(torch::Tensor& param, const TensorShard& shard, int tp_rank, int tp_size,
+                 std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  param.copy_(shard_of(seeded_randn(shard.logical_shape, seed), shard, tp_rank, tp_size));
+}
+
 TensorShard shard_named(const std::vector<std::pair<std::string, TensorShard>>& shards,
                         const std::string& name) {
   for (const auto& [n, s] : shards) {
@@ -85,6 +93,7 @@ TEST(ColumnParallelLinear, MatchesUnshardedForwardAndGradients) {
       expect_close(gather_logical(layer.weight.detach(), w_shard, g.tp), whole.weight, 0,
                    what + " initial weight");
       layer.to(torch::kDouble);
+      if (c.bias) set_logical(layer.bias, shard_named(layer.shards(), "bias"), r, tp, 13);
       auto w = logical_leaf(layer.weight, w_shard, g.tp);
       torch::Tensor b;
       if (c.bias) b = logical_leaf(layer.bias, shard_named(layer.shards(), "bias"), g.tp);
@@ -136,6 +145,7 @@ TEST(RowParallelLinear, MatchesUnshardedForwardAndGradients) {
         expect_close(gather_logical(layer.weight.detach(), w_shard, g.tp), whole.weight, 0,
                      what + " initial weight");
         layer.to(torch::kDouble);
+        if (bias) set_logical(layer.bias, shard_named(layer.shards(), "bias"), r, tp, 23);
         auto w = logical_leaf(layer.weight, w_shard, g.tp);
         torch::Tensor b;
         if (bias) b = layer.bias.detach().clone().requires_grad_();
