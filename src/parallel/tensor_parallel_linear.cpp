@@ -55,10 +55,10 @@ torch::Tensor ColumnParallelLinear::forward(const torch::Tensor& input) {
   torch::Tensor x = copy_to_tp_region(input, tp_);
   // Stacked parameters are contiguous [P, n, in]: viewing them as [P n, in] is free, and the
   // linear is a single addmm over every block.
-  torch::Tensor w = options_.stacked() > 1 ? weight.view({local_out_, weight.size(-1)}) : weight;
+  torch::Tensor w = options_.stacked() > 1 ? weight.reshape({local_out_, weight.size(-1)}) : weight;
   torch::Tensor y;
   if (bias.defined()) {
-    y = torch::linear(x, w, options_.stacked() > 1 ? bias.view({local_out_}) : bias);
+    y = torch::linear(x, w, options_.stacked() > 1 ? bias.reshape({local_out_}) : bias);
   } else {
     y = torch::linear(x, w);
   }
