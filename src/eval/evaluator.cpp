@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "hpctrain/comm/communicator.hpp"
@@ -21,7 +20,9 @@ double EvalResult::metric(const std::string& name) const {
   throw ConfigError(str("eval metric '", name, "' is unknown: use loss, accuracy or perplexity"));
 }
 
-bool EvalResult::higher_is_better(const std::string& name) { return name == "accuracy"; }
+bool EvalResult::higher_is_better(const std::string& name) {
+  return name == "accuracy";
+}
 
 EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communicator& dp,
                     const EvalOptions& options) {
@@ -39,8 +40,8 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   auto rows = table.accessor<double, 2>();
   const bool was_training = model.is_training();
   model.eval();
-  auto device = model.parameters().empty() ? torch::Device(torch::kCPU)
-                                           : model.parameters().front().device();
+  auto device =
+      model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device();
   bool interrupted = false;
   {
     torch::InferenceMode inference;
@@ -52,7 +53,8 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
       const std::int64_t b = first + slot;
       if (b >= last) continue;
       std::vector<std::int64_t> indices;
-      for (std::int64_t i = b * options.batch_size; i < std::min(n, (b + 1) * options.batch_size); ++i) {
+      for (std::int64_t i = b * options.batch_size; i < std::min(n, (b + 1) * options.batch_size);
+           ++i) {
         indices.push_back(i);
       }
       data::Batch batch = dataset.read(indices);
@@ -96,8 +98,9 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
   result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
-  auto seconds = torch::full({1}, std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                                 start).count(), torch::kDouble);
+  auto seconds = torch::full(
+      {1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      torch::kDouble);
   dp.all_reduce(seconds, comm::ReduceOp::kMax);
   result.seconds = seconds.item<double>();
   result.samples_per_second = result.seconds > 0 ? samples / result.seconds : 0;

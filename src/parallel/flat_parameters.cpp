@@ -1,5 +1,7 @@
 #include "hpctrain/parallel/flat_parameters.hpp"
 
+#include <ATen/Parallel.h>
+
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -34,6 +36,29 @@ FlatParameters::FlatParameters(torch::nn::Module& module) {
     e.param.set_data(view);
     e.param.mutable_grad() = grads_.narrow(0, e.offset, e.numel).view(shape);
   }
+}
+
+double FlatParameters::grad_square_sum(std::int64_t offset, std::int64_t numel) const {
+  torch::Tensor g = grads_.narrow(0, offset, numel);
+  if (!g.device().is_cpu() || g.scalar_type() != torch::kFloat) {
+    return g.to(torch::kDouble).pow(2).sum().item<double>();
+  }
+  constexpr std::int64_t kChunk = 1 << 16;
+  const std::int64_t chunks = (numel + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
+  const float* data = g.data_ptr<float>();
+  at::parallel_for(0, chunks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t c = begin; c < end; ++c) {
+      double sum = 0;
+      const std::int64_t stop = std::min(numel, (c + 1) * kChunk);
+      for (std::int64_t i = c * kChunk; i < stop; ++i)
+        sum += static_cast<double>(data[i]) * data[i];
+      partial[static_cast<std::size_t>(c)] = sum;
+    }
+  });
+  double total = 0;
+  for (double v : partial) total += v;  // fixed order
+  return total;
 }
 
 const FlatParameters::Entry& FlatParameters::entry(const std::string& name) const {

@@ -59,7 +59,8 @@ GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
 
 GradientSynchronizer::~GradientSynchronizer() {
   // The hooks point at this object: detach them before it goes away.
-  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (std::size_t i = 0; i < accumulators_.size(); ++i)
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
   for (auto& work : works_) {
     if (work) {
       try {
@@ -70,7 +71,9 @@ GradientSynchronizer::~GradientSynchronizer() {
   }
 }
 
-void GradientSynchronizer::set_sync_enabled(bool enabled) { sync_enabled_ = enabled; }
+void GradientSynchronizer::set_sync_enabled(bool enabled) {
+  sync_enabled_ = enabled;
+}
 
 void GradientSynchronizer::prepare() {
   pending_ = bucket_param_count_;

@@ -55,8 +55,10 @@ const char* type_name() {
 
 }  // namespace
 
-Config::Config() : root_(YAML::NodeType::Map), origin_("<defaults>"),
-                   known_(std::make_shared<std::set<std::string>>()) {}
+Config::Config()
+    : root_(YAML::NodeType::Map),
+      origin_("<defaults>"),
+      known_(std::make_shared<std::set<std::string>>()) {}
 
 Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
@@ -76,7 +78,8 @@ Config Config::parse(const std::string& text, const std::string& origin) {
 Config Config::load(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    throw ConfigError(str("config file '", path, "' cannot be opened: check the path (configs/ "
+    throw ConfigError(str("config file '", path,
+                          "' cannot be opened: check the path (configs/ "
                           "holds the shipped configs)"));
   }
   std::stringstream text;
@@ -87,7 +90,8 @@ Config Config::load(const std::string& path) {
 void Config::set(const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ConfigError(str("override '", assignment, "' must look like section.key=value, e.g. "
+    throw ConfigError(str("override '", assignment,
+                          "' must look like section.key=value, e.g. "
                           "--set optim.lr=3e-4"));
   }
   std::string key = assignment.substr(0, eq);
@@ -128,8 +132,8 @@ ConfigSection Config::section(const std::string& name) {
     root_[name] = YAML::Node(YAML::NodeType::Map);
     node = root_[name];
   } else if (!node.IsMap()) {
-    throw ConfigError(str(origin_, ": section '", name, "' must be a map of keys, found ",
-                          describe(node)));
+    throw ConfigError(
+        str(origin_, ": section '", name, "' must be a map of keys, found ", describe(node)));
   }
   known_->insert(name);
   return ConfigSection(node, name, known_);
@@ -237,8 +241,10 @@ T ConfigSection::require(const std::string& key) {
   known_->insert(full_key(key));
   YAML::Node value = node_[key];
   if (!value.IsDefined() || value.IsNull()) {
-    throw ConfigError(str("missing required key '", full_key(key), "': set it in the config file "
-                          "or with --set ", full_key(key), "=..."));
+    throw ConfigError(str("missing required key '", full_key(key),
+                          "': set it in the config file "
+                          "or with --set ",
+                          full_key(key), "=..."));
   }
   return get<T>(key, T{});
 }
@@ -250,11 +256,11 @@ template std::uint64_t ConfigSection::get<std::uint64_t>(const std::string&, con
 template double ConfigSection::get<double>(const std::string&, const double&);
 template std::string ConfigSection::get<std::string>(const std::string&, const std::string&);
 template std::vector<int> ConfigSection::get<std::vector<int>>(const std::string&,
-                                                                const std::vector<int>&);
+                                                               const std::vector<int>&);
 template std::vector<std::int64_t> ConfigSection::get<std::vector<std::int64_t>>(
     const std::string&, const std::vector<std::int64_t>&);
 template std::vector<double> ConfigSection::get<std::vector<double>>(const std::string&,
-                                                                      const std::vector<double>&);
+                                                                     const std::vector<double>&);
 template std::vector<std::string> ConfigSection::get<std::vector<std::string>>(
     const std::string&, const std::vector<std::string>&);
 template std::string ConfigSection::require<std::string>(const std::string&);

@@ -17,10 +17,10 @@ std::int64_t peak_rss_bytes() {
 
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& f,
                                     comm::Communicator& world) {
-  auto phases = torch::tensor({mine.forward, mine.backward, mine.optimizer, mine.comm_wait,
-                               mine.data_wait, mine.eval, mine.checkpoint, mine.train_wall,
-                               mine.total_wall},
-                              torch::kDouble);
+  auto phases =
+      torch::tensor({mine.forward, mine.backward, mine.optimizer, mine.comm_wait, mine.data_wait,
+                     mine.eval, mine.checkpoint, mine.train_wall, mine.total_wall},
+                    torch::kDouble);
   world.all_reduce(phases, comm::ReduceOp::kSum);
   auto p = phases.accessor<double, 1>();
   auto rss = world.all_gather(torch::tensor({peak_rss_bytes()}, torch::kLong));
@@ -38,16 +38,19 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                 {"task", f.task},
                 {"parameters", f.parameters},
                 {"tokens_per_sample", f.tokens_per_sample}};
-  j["grid"] = {{"world_size", f.world_size}, {"dp", f.dp}, {"tp", f.tp},
-               {"threads_per_rank", f.threads_per_rank}, {"device", f.device}};
+  j["grid"] = {{"world_size", f.world_size},
+               {"dp", f.dp},
+               {"tp", f.tp},
+               {"threads_per_rank", f.threads_per_rank},
+               {"device", f.device}};
   j["steps"] = f.steps;
   j["samples_trained"] = f.samples_trained;
   j["samples_evaluated"] = f.samples_evaluated;
-  j["rank_seconds"] = {{"forward", p[0]},   {"backward", p[1]},   {"optimizer", p[2]},
-                       {"comm_wait", p[3]}, {"data_wait", p[4]},  {"eval", p[5]},
+  j["rank_seconds"] = {{"forward", p[0]},    {"backward", p[1]},   {"optimizer", p[2]},
+                       {"comm_wait", p[3]},  {"data_wait", p[4]},  {"eval", p[5]},
                        {"checkpoint", p[6]}, {"train_loop", p[7]}, {"total", p[8]}};
-  j["wall_seconds"] = {{"train_loop", train_wall}, {"eval", f.eval_seconds_total},
-                       {"total", p[8] / f.world_size}};
+  j["wall_seconds"] = {
+      {"train_loop", train_wall}, {"eval", f.eval_seconds_total}, {"total", p[8] / f.world_size}};
   j["flops"] = {{"forward_per_sample", f.forward_flops_per_sample},
                 {"train_per_sample", train_flops_per_sample},
                 {"eval_per_sample", f.forward_flops_per_sample},
@@ -65,8 +68,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   }
   // Measured: seconds per trained sample over seconds per evaluated sample (FLOPs predict 3).
   j["cost_ratio_train_to_eval"] = {
-      {"flops", 3.0},
-      {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
+      {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
   std::vector<std::int64_t> peaks(rss.data_ptr<std::int64_t>(),
                                   rss.data_ptr<std::int64_t>() + rss.numel());
   j["peak_rss_bytes_per_rank"] = peaks;
@@ -78,7 +80,8 @@ std::string ledger_summary(const nlohmann::ordered_json& j) {
   const double total = rs["total"].get<double>();
   auto pct = [&](const char* key) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f%%", total > 0 ? 100.0 * rs[key].get<double>() / total : 0.0);
+    std::snprintf(buf, sizeof buf, "%.0f%%",
+                  total > 0 ? 100.0 * rs[key].get<double>() / total : 0.0);
     return std::string(buf);
   };
   char line[512];

@@ -28,8 +28,8 @@ RunLog::~RunLog() {
 
 void RunLog::record(nlohmann::ordered_json object) {
   if (!active_) return;
-  object["time"] = std::chrono::duration<double>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
+  object["time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_ << object.dump() << '\n';
   metrics_.flush();
 }
@@ -38,13 +38,15 @@ void RunLog::live(std::int64_t step, std::int64_t epoch, double loss, double lr,
                   double samples_per_s) {
   if (!active_ || !live_ || off_) return;
   auto now = std::chrono::steady_clock::now();
-  if (live_shown_ && now - last_live_ < std::chrono::milliseconds(200) && step < total_steps_) return;
+  if (live_shown_ && now - last_live_ < std::chrono::milliseconds(200) && step < total_steps_)
+    return;
   last_live_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double eta = step > 0 ? elapsed / step * static_cast<double>(total_steps_ - step) : 0;
-  std::printf("\r\033[K step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %.0f samples/s | ETA %s",
-              static_cast<long long>(step), static_cast<long long>(total_steps_),
-              static_cast<long long>(epoch), loss, lr, samples_per_s, format_seconds(eta).c_str());
+  std::printf(
+      "\r\033[K step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %.0f samples/s | ETA %s",
+      static_cast<long long>(step), static_cast<long long>(total_steps_),
+      static_cast<long long>(epoch), loss, lr, samples_per_s, format_seconds(eta).c_str());
   std::fflush(stdout);
   live_shown_ = true;
 }

@@ -10,7 +10,8 @@ namespace hpctrain::train {
 
 double parse_duration(const std::string& text, const std::string& key) {
   auto bad = [&] {
-    return ConfigError(str(key, " = '", text, "': not a duration; write seconds (5400), 90m, 2h "
+    return ConfigError(str(key, " = '", text,
+                           "': not a duration; write seconds (5400), 90m, 2h "
                            "or H:MM:SS"));
   };
   if (text.empty()) return 0;
@@ -19,7 +20,8 @@ double parse_duration(const std::string& text, const std::string& key) {
     std::size_t start = 0;
     while (true) {
       auto colon = text.find(':', start);
-      std::string part = text.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      std::string part =
+          text.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
       try {
         total = total * 60 + std::stod(part);
       } catch (const std::exception&) {
@@ -108,8 +110,9 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     if (c.checkpoint.every_steps < 0) s.fail("every_steps", "must be >= 0 (0: not by steps)");
     if (c.checkpoint.every_minutes < 0) s.fail("every_minutes", "must be >= 0");
     if (c.checkpoint.keep < 2) {
-      s.fail("keep", "must be at least 2, so a complete checkpoint survives while the next is "
-                     "written");
+      s.fail("keep",
+             "must be at least 2, so a complete checkpoint survives while the next is "
+             "written");
     }
   }
   {

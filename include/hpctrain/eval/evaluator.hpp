@@ -10,9 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace hpctrain::comm {
 class Communicator;

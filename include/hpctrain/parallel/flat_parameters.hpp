@@ -16,9 +16,9 @@ namespace hpctrain::parallel {
 class FlatParameters {
  public:
   struct Entry {
-    std::string name;       ///< state_dict name, e.g. "fc1.weight"
-    torch::Tensor param;    ///< the module's parameter (now a view into params())
-    std::int64_t offset;    ///< first element in the flat buffers
+    std::string name;     ///< state_dict name, e.g. "fc1.weight"
+    torch::Tensor param;  ///< the module's parameter (now a view into params())
+    std::int64_t offset;  ///< first element in the flat buffers
     std::int64_t numel;
   };
 
@@ -33,6 +33,9 @@ class FlatParameters {
   std::int64_t numel() const { return params_.numel(); }
   /// Zeroes every gradient (the flat buffer; the views stay attached). Local.
   void zero_grads() { grads_.zero_(); }
+  /// Sum of squares of grads()[offset, offset + numel), accumulated in double over fixed chunks
+  /// (the result does not depend on the thread count). Local.
+  double grad_square_sum(std::int64_t offset, std::int64_t numel) const;
   /// The entry for a parameter name; throws Error if absent. Local.
   const Entry& entry(const std::string& name) const;
 

@@ -5,9 +5,8 @@
 // to evaluation. Written to <run_dir>/ledger.json and summarised on rank 0 at the end.
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace hpctrain::comm {
 class Communicator;
@@ -38,7 +37,7 @@ struct LedgerFacts {
   std::int64_t steps = 0;
   std::int64_t samples_trained = 0;  ///< over all data-parallel ranks
   std::int64_t samples_evaluated = 0;
-  double eval_seconds_total = 0;     ///< wall seconds of all evaluations
+  double eval_seconds_total = 0;  ///< wall seconds of all evaluations
   int world_size = 1;
   int dp = 1;
   int tp = 1;

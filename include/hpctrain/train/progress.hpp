@@ -6,9 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace hpctrain::train {
 

@@ -17,13 +17,13 @@ class Config;
 namespace hpctrain::train {
 
 struct RunSection {
-  std::string dir;               ///< run directory (config.yaml, metrics.jsonl, checkpoints/ ...)
+  std::string dir;  ///< run directory (config.yaml, metrics.jsonl, checkpoints/ ...)
   std::uint64_t seed = 1234;
   std::int64_t epochs = 1;
-  std::int64_t max_steps = 0;    ///< 0: run.epochs decides; otherwise stop at the smaller
+  std::int64_t max_steps = 0;      ///< 0: run.epochs decides; otherwise stop at the smaller
   std::string precision = "fp32";  ///< fp32 | bf16 (autocast)
-  double time_limit_s = 0;       ///< 0: none; else save and stop before this much wall time
-  double time_margin_s = 60;     ///< safety margin added to the measured save time
+  double time_limit_s = 0;         ///< 0: none; else save and stop before this much wall time
+  double time_margin_s = 60;       ///< safety margin added to the measured save time
 };
 
 struct ParallelSection {
@@ -47,7 +47,7 @@ struct CheckpointSection {
   int keep = 2;                  ///< newest checkpoints kept (>= 2), plus the best
   bool keep_best = true;
   bool at_end = true;
-  bool background = true;        ///< write files on a background thread
+  bool background = true;  ///< write files on a background thread
 };
 
 struct LoggingSection {
@@ -56,9 +56,9 @@ struct LoggingSection {
 };
 
 struct DebugSection {
-  std::int64_t nan_step = -1;  ///< inject a NaN loss at this step (tests)
-  int nan_rank = 0;            ///< ... on this world rank
-  std::int64_t stop_step = -1; ///< request a stop (as SIGUSR1 would) at this step (tests)
+  std::int64_t nan_step = -1;   ///< inject a NaN loss at this step (tests)
+  int nan_rank = 0;             ///< ... on this world rank
+  std::int64_t stop_step = -1;  ///< request a stop (as SIGUSR1 would) at this step (tests)
 };
 
 struct TrainConfig {

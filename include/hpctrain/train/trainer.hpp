@@ -4,9 +4,8 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/data/sampler.hpp"

@@ -1,0 +1,262 @@
+#include "trainer_steps.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/compat/torch_compat.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/optimizer.hpp"
+
+namespace hpctrain::train {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+}  // namespace
+
+StepRunner::StepRunner(Parts parts) : p_(parts) {
+  if (p_.env.comms.tp->size() > 1) {
+    const auto& entries = p_.flat.entries();
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (p_.model.shard_info(entries[i].name).split_dim < 0) replicated_entries_.push_back(i);
+    }
+  }
+}
+
+void StepRunner::device_sync() {
+  if (p_.device.is_cuda()) torch::cuda::synchronize();
+}
+
+double StepRunner::global_grad_norm() {
+  torch::NoGradGuard no_grad;
+  auto& tp = *p_.env.comms.tp;
+  double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
+  if (tp.size() == 1) return std::sqrt(sq);
+  // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
+  // group. Replicated ones appear on every tp rank: count them once.
+  const auto& entries = p_.flat.entries();
+  for (auto i : replicated_entries_) {
+    sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
+  }
+  auto total = torch::tensor({sq}, torch::kDouble);
+  tp.all_reduce(total, comm::ReduceOp::kSum);
+  return std::sqrt(std::max(0.0, total.item<double>()));
+}
+
+void StepRunner::sync_replicated_gradients() {
+  // Replicated parameters get mathematically identical gradients on every tp rank; averaging them
+  // keeps the replicas bit-identical even if reductions round differently.
+  if (replicated_entries_.empty()) return;
+  const auto& entries = p_.flat.entries();
+  std::vector<torch::Tensor> parts;
+  for (auto i : replicated_entries_) {
+    parts.push_back(p_.flat.grads().narrow(0, entries[i].offset, entries[i].numel));
+  }
+  auto packed = torch::cat(parts);
+  p_.env.comms.tp->all_reduce(packed, comm::ReduceOp::kAvg);
+  std::int64_t offset = 0;
+  for (auto& part : parts) {
+    part.copy_(packed.narrow(0, offset, part.numel()));
+    offset += part.numel();
+  }
+}
+
+StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
+                            std::int64_t total_steps, PhaseSeconds& phases) {
+  StepResult r;
+  const int k_total = static_cast<int>(micro.size());
+  const bool bf16 = p_.cfg.run.precision == "bf16";
+  const bool inject_nan =
+      p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
+  p_.model.train();
+  for (int k = 0; k < k_total; ++k) {
+    auto inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
+    auto targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
+    auto t0 = Clock::now();
+    if (bf16) {
+      if (p_.device.is_cuda()) {
+        compat::set_cuda_autocast(true, torch::kBFloat16);
+      } else {
+        compat::set_cpu_autocast(true, torch::kBFloat16);
+      }
+    }
+    model::LossOutput out;
+    try {
+      auto outputs = p_.model.forward(inputs);
+      out = p_.model.loss(outputs, targets);
+    } catch (...) {
+      if (bf16) compat::set_cpu_autocast(false, torch::kBFloat16);
+      throw;
+    }
+    if (bf16) {
+      compat::set_cpu_autocast(false, torch::kBFloat16);
+      if (p_.device.is_cuda()) compat::set_cuda_autocast(false, torch::kBFloat16);
+      compat::clear_autocast_cache();
+    }
+    torch::Tensor loss = out.loss;
+    if (inject_nan && k == 0) {
+      loss = loss * std::nan("");
+      out.loss_sum = std::nan("");
+    }
+    if (k_total > 1) loss = loss / static_cast<double>(k_total);
+    device_sync();
+    phases.forward += since(t0);
+
+    auto t1 = Clock::now();
+    p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
+    loss.backward();
+    device_sync();
+    phases.backward += since(t1);
+    r.loss_sum += out.loss_sum;
+    r.correct += static_cast<double>(out.correct);
+    r.count += static_cast<double>(out.count);
+  }
+  r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
+
+  r.comm_wait = p_.sync.finish();
+  phases.comm_wait += r.comm_wait;
+
+  auto t2 = Clock::now();
+  sync_replicated_gradients();
+  r.grad_norm = global_grad_norm();
+  r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
+  if (!std::isfinite(r.grad_norm)) {
+    const std::string loss_note = std::isfinite(r.local_loss)
+                                      ? "the loss on this rank was finite"
+                                      : str("the loss on this rank was ", r.local_loss);
+    if (p_.cfg.optim.on_nonfinite == "stop") {
+      throw NonFiniteError(str("non-finite gradient norm at step ", step, " (", loss_note,
+                               "); stopped before the update, so no parameter or optimizer state "
+                               "was changed. Lower optim.lr, enable optim.grad_clip, check the "
+                               "data, or set optim.on_nonfinite=skip to skip such steps"));
+    }
+    log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
+    p_.flat.zero_grads();
+    r.skipped = true;
+    phases.optimizer += since(t2);
+    return r;
+  }
+  if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
+    p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
+  }
+  p_.optimizer.step(r.lr);
+  p_.flat.zero_grads();
+  device_sync();
+  phases.optimizer += since(t2);
+  return r;
+}
+
+void IntervalStats::add(const StepResult& r, std::int64_t global_batch) {
+  loss_sum += r.loss_sum;
+  correct += r.correct;
+  count += r.count;
+  samples += static_cast<double>(global_batch);
+  steps += 1;
+  comm_wait += r.comm_wait;
+  grad_norm = r.grad_norm;
+  lr = r.lr;
+}
+
+void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm::Communicator& dp,
+                  RunLog& runlog) {
+  auto sums = torch::tensor({in.loss_sum, in.correct, in.count}, torch::kDouble);
+  dp.all_reduce(sums, comm::ReduceOp::kSum);
+  auto s = sums.accessor<double, 1>();
+  const double seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
+  const double loss = s[2] > 0 ? s[0] / s[2] : 0;
+  const double sps = seconds > 0 ? in.samples / seconds : 0;
+  nlohmann::ordered_json j{{"type", "train"},
+                           {"step", step},
+                           {"epoch", epoch},
+                           {"loss", loss},
+                           {"accuracy", s[2] > 0 ? s[1] / s[2] : 0},
+                           {"lr", in.lr},
+                           {"grad_norm", in.grad_norm},
+                           {"samples_per_s", sps},
+                           {"step_time", in.steps > 0 ? seconds / in.steps : 0},
+                           {"data_wait", in.steps > 0 ? in.data_wait / in.steps : 0},
+                           {"comm_time", in.steps > 0 ? in.comm_wait / in.steps : 0}};
+  runlog.record(j);
+  if (!runlog.is_live()) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "step %lld | epoch %lld | loss %.4f | lr %.3g | grad norm %.3g | %.0f samples/s",
+                  static_cast<long long>(step), static_cast<long long>(epoch), loss, in.lr,
+                  in.grad_norm, sps);
+    runlog.line(line);
+  }
+}
+
+std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
+  char line[256];
+  if (r.task == "language_model") {
+    std::snprintf(line, sizeof line,
+                  "eval at step %lld: loss %.4f, perplexity %.3f, token accuracy %.4f (%lld "
+                  "sequences, %s, %.0f samples/s)",
+                  static_cast<long long>(step), r.loss, r.perplexity, r.accuracy,
+                  static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
+                  r.samples_per_second);
+  } else {
+    std::snprintf(line, sizeof line,
+                  "eval at step %lld: loss %.4f, accuracy %.4f (%lld samples, %s, %.0f samples/s)",
+                  static_cast<long long>(step), r.loss, r.accuracy,
+                  static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
+                  r.samples_per_second);
+  }
+  return line;
+}
+
+bool update_early_stopping(TrainerState& state, const eval::EvalResult& r,
+                           const std::string& metric, std::int64_t patience, std::int64_t step) {
+  const double value = r.metric(metric);
+  const bool higher = eval::EvalResult::higher_is_better(metric);
+  const bool improved =
+      state.best_step < 0 || (higher ? value > state.best_metric : value < state.best_metric);
+  if (improved) {
+    state.best_metric = value;
+    state.best_step = step;
+    state.evals_without_improvement = 0;
+    return false;
+  }
+  ++state.evals_without_improvement;
+  return patience > 0 && state.evals_without_improvement >= patience;
+}
+
+void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key) {
+  const auto& info = dataset.info();
+  const std::string task = data::dataset_kind_name(info.kind);
+  if (task != model.task()) {
+    throw DataError(str(key, " = ", info.path, " holds ", task, " data, but the model is a ",
+                        model.task(), " model: point ", key, " at a matching file"));
+  }
+  data::Batch one = dataset.read({0});
+  torch::Tensor outputs;
+  try {
+    torch::NoGradGuard no_grad;
+    auto device = model.parameters().front().device();
+    outputs = model.forward(one.inputs.to(device));
+  } catch (const c10::Error& e) {
+    std::string shape;
+    for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+    throw DataError(str(key, " = ", info.path, ": samples of shape ", shape,
+                        " do not fit the model (", e.what_without_backtrace(),
+                        "); check the model section (e.g. model.in_features, model.input_shape)"));
+  }
+  if (model.task() == "classification" && info.num_classes > outputs.size(-1)) {
+    throw DataError(str(key, " = ", info.path, " has ", info.num_classes,
+                        " classes but the model outputs ", outputs.size(-1),
+                        ": set model.num_classes = ", info.num_classes));
+  }
+}
+
+}  // namespace hpctrain::train

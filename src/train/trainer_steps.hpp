@@ -1,0 +1,99 @@
+#pragma once
+// Pieces of the training loop kept out of trainer.cpp: one optimizer step (forward, backward,
+// gradient synchronisation, clipping, the non-finite check, the update), interval statistics for
+// logging, early stopping and input validation. Private to the train layer.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/eval/evaluator.hpp"
+#include "hpctrain/train/ledger.hpp"
+#include "hpctrain/train/progress.hpp"
+#include "hpctrain/train/trainer.hpp"
+
+namespace hpctrain::model {
+class Model;
+}
+namespace hpctrain::parallel {
+class FlatParameters;
+class GradientSynchronizer;
+}  // namespace hpctrain::parallel
+
+namespace hpctrain::train {
+
+class Optimizer;
+
+struct StepResult {
+  double local_loss = 0;  ///< mean loss of this rank's samples in the step
+  double loss_sum = 0;    ///< over this rank's samples (tokens)
+  double correct = 0;
+  double count = 0;
+  double grad_norm = 0;  ///< global (all dp and tp ranks), before clipping
+  double lr = 0;
+  double comm_wait = 0;
+  bool skipped = false;
+};
+
+/// Runs optimizer steps. Collective over the world (dp all-reduce of gradients, tp inside the
+/// model and for the gradient norm).
+class StepRunner {
+ public:
+  struct Parts {
+    model::Model& model;
+    parallel::FlatParameters& flat;
+    parallel::GradientSynchronizer& sync;
+    Optimizer& optimizer;
+    TrainEnvironment& env;
+    const TrainConfig& cfg;
+    torch::Device device;
+  };
+  explicit StepRunner(Parts parts);
+  /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank).
+  StepResult step(std::vector<data::Batch>& micro, std::int64_t step, std::int64_t total_steps,
+                  PhaseSeconds& phases);
+
+ private:
+  double global_grad_norm();
+  void sync_replicated_gradients();
+  void device_sync();
+
+  Parts p_;
+  std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp
+};
+
+/// Sums over the steps between two log lines.
+struct IntervalStats {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double loss_sum = 0;
+  double correct = 0;
+  double count = 0;
+  double samples = 0;
+  std::int64_t steps = 0;
+  double comm_wait = 0;
+  double data_wait = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  void add(const StepResult& r, std::int64_t global_batch);
+};
+
+/// Reduces the interval over the dp group and writes a train record and (plain mode) a line.
+/// Collective over the dp group.
+void log_interval(IntervalStats& interval, std::int64_t step, std::int64_t epoch,
+                  comm::Communicator& dp, RunLog& runlog);
+
+/// "eval at step 400: loss 0.3312, accuracy 0.8812 (10000 samples, 2.1 s, 4700 samples/s)".
+std::string eval_line(const eval::EvalResult& r, std::int64_t step);
+
+/// Records the result for early stopping; true when patience is exhausted. Local (identical on
+/// every rank: the metrics are global).
+bool update_early_stopping(TrainerState& state, const eval::EvalResult& r,
+                           const std::string& metric, std::int64_t patience, std::int64_t step);
+
+/// Throws DataError when the dataset's samples do not fit the model (shape, classes,
+/// vocabulary), naming the file, `key` and both sides. Runs one forward pass on one sample.
+/// Collective over the tp group (the same on every tp rank).
+void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key);
+
+}  // namespace hpctrain::train
