@@ -238,6 +238,18 @@ EOF
   fi
 }
 
+# start_failed WHAT: says why a start failed (the daemons' own output and log tails) and exits.
+start_failed() {
+  local f
+  for f in daemons.out slurmctld.log slurmd.log; do
+    if [[ -s $dir/$f ]]; then
+      echo "--- last lines of $dir/$f" >&2
+      tail -15 "$dir/$f" >&2
+    fi
+  done
+  die "$1; the lines above say why, 'scripts/slurm-local.sh stop --dir $dir' cleans up"
+}
+
 wait_idle() {
   local deadline=$((SECONDS + timeout_s)) state=""
   while ((SECONDS < deadline)); do
@@ -249,12 +261,7 @@ wait_idle() {
     alive "$dir/slurmd.pid" slurmd || break
     sleep 0.5
   done
-  log "the node did not become idle within ${timeout_s}s (state: '${state:-no answer}')"
-  local f
-  for f in slurmctld.log slurmd.log; do
-    [[ -f $dir/$f ]] && { echo "--- last lines of $dir/$f" >&2; tail -15 "$dir/$f" >&2; }
-  done
-  die "start failed; the logs above say why, 'scripts/slurm-local.sh stop --dir $dir' cleans up"
+  start_failed "the node did not become idle within ${timeout_s}s (state: '${state:-no answer}')"
 }
 
 do_start() {
@@ -287,8 +294,8 @@ do_start() {
   chmod 0755 "$dir"
   start_munge
   write_conf
-  spawn slurmctld -f "$conf" || die "slurmctld did not start; see $dir/slurmctld.log"
-  spawn slurmd -f "$conf" || die "slurmd did not start; see $dir/slurmd.log"
+  spawn slurmctld -f "$conf" || start_failed "slurmctld did not start"
+  spawn slurmd -f "$conf" || start_failed "slurmd did not start"
   # Both daemons fork into the background and write their pid files a moment later.
   local i
   for ((i = 0; i < 50; i++)); do

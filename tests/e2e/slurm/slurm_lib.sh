@@ -45,13 +45,17 @@ slurm_up() {
   if "$SLURM_LOCAL" status --dir "$SLURM_LOCAL_DIR" >/dev/null 2>&1; then
     was_running=1
   fi
-  if ! timeout 90 "$SLURM_LOCAL" start --dir "$SLURM_LOCAL_DIR" --timeout 60 >"$TMP/slurm-start.txt" 2>&1; then
+  local started=0
+  timeout 90 "$SLURM_LOCAL" start --dir "$SLURM_LOCAL_DIR" --timeout 60 >"$TMP/slurm-start.txt" 2>&1 &&
+    started=1
+  # Marked even when the start failed, so that slurm_down clears what a failed start left behind.
+  if ((was_running == 0)) && [[ -f $SLURM_LOCAL_DIR/slurm.conf ]]; then
+    touch "$SLURM_LOCAL_MARK"
+  fi
+  if ((started == 0)); then
     echo "FAIL: scripts/slurm-local.sh start failed:" >&2
     sed 's/^/    | /' "$TMP/slurm-start.txt" >&2
     exit 1
-  fi
-  if ((was_running == 0)); then
-    touch "$SLURM_LOCAL_MARK"
   fi
   export SLURM_CONF=$SLURM_LOCAL_DIR/slurm.conf
   echo "local Slurm: $(sinfo -h -o '%N %T %c CPUs' 2>/dev/null) ($( ((was_running)) && echo joined || echo started))"
