@@ -311,8 +311,11 @@ do_start() {
 # stops the daemons recorded in the state directory. Only those: never by name.
 stop_daemons() {
   if alive "$dir/slurmctld.pid" slurmctld && [[ -f $conf ]]; then
-    if [[ -n $(timeout 10 squeue -h -o %i 2>/dev/null) ]]; then
-      timeout 10 scancel --full --partition=debug 2>/dev/null || true
+    local jobs
+    jobs=$(timeout 10 squeue -h -o %i 2>/dev/null) || true
+    if [[ -n $jobs ]]; then
+      # shellcheck disable=SC2086  # one job id per word
+      timeout 10 scancel --full $jobs 2>/dev/null || true
       local i
       for ((i = 0; i < 30; i++)); do
         [[ -z $(timeout 10 squeue -h -o %i 2>/dev/null) ]] && break
