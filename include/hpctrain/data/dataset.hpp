@@ -2,6 +2,8 @@
 // An HDF5 dataset file (one per split; format in docs/DATA.md), opened once per rank and read by
 // global sample index. Classification files hold /inputs (N x ...) and /labels (N); language
 // modelling files hold /tokens (a 1-D stream) whose samples are windows of seq_len + 1 tokens.
+// A Dataset is used by one thread at a time (the Prefetcher's, usually); every HDF5 call it makes
+// holds hdf5_mutex() (hdf5_lock.hpp), so other threads may use HDF5 meanwhile if they hold it too.
 
 #include <torch/torch.h>
 
@@ -14,6 +16,9 @@ namespace hpctrain::data {
 
 enum class DatasetKind { kClassification, kLanguageModel };
 
+/// "classification" or "language_model" (the same words as Model::task()). Local.
+const char* dataset_kind_name(DatasetKind kind);
+
 /// What a file holds, validated on open. Local value type.
 struct DatasetInfo {
   std::string path;
@@ -21,12 +26,18 @@ struct DatasetInfo {
   std::int64_t num_samples = 0;
   /// Classification: shape of one input (e.g. {1, 28, 28}); language modelling: {seq_len}.
   std::vector<std::int64_t> sample_shape;
-  std::string input_dtype;  ///< "uint8", "float32", "int32", "uint16"
-  double input_scale = 1.0; ///< uint8 inputs are multiplied by this (1/255 for images)
+  std::string input_dtype;       ///< "uint8", "float32", "int32", "uint16"
+  double input_scale = 1.0;      ///< uint8 inputs are multiplied by this (1/255 for images)
   std::int64_t num_classes = 0;  ///< classification
   std::int64_t vocab_size = 0;   ///< language modelling
   std::int64_t seq_len = 0;      ///< language modelling
   std::int64_t num_tokens = 0;   ///< language modelling
+  /// Bytes of one sample as stored in the file (inputs row, or seq_len + 1 tokens). For MB/s.
+  std::int64_t sample_bytes = 0;
+  /// Chunk shape of /inputs or /tokens (empty when the dataset is contiguous).
+  std::vector<std::int64_t> chunk_shape;
+  /// Bytes of chunk cache the reader gave /inputs or /tokens (0 for contiguous datasets).
+  std::uint64_t chunk_cache_bytes = 0;
 };
 
 /// What the run expects of a file; checked on open so a mismatch is a DataError before training.
@@ -35,6 +46,16 @@ struct DatasetExpectation {
   std::int64_t min_samples = 0;  ///< e.g. one global batch for training
   std::int64_t num_classes = 0;  ///< 0 = take the file's
   std::int64_t vocab_size = 0;   ///< 0 = take the file's
+  /// The config key the path came from ("data.train"), named in messages; empty = none.
+  std::string config_key;
+};
+
+/// How the reader uses the file. Local value type.
+struct ReadOptions {
+  /// Chunk cache for /inputs or /tokens in bytes; 0 = automatic: the whole dataset up to
+  /// 256 MiB (so a dataset like Fashion-MNIST is read from disk once per run), never less than
+  /// one chunk.
+  std::uint64_t chunk_cache_bytes = 0;
 };
 
 /// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification,
@@ -42,6 +63,8 @@ struct DatasetExpectation {
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;
+  /// The global sample index of each row (filled by Dataset::read).
+  std::vector<std::int64_t> indices;
   std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
 };
 
@@ -50,13 +73,20 @@ class Dataset {
   virtual ~Dataset() = default;
   /// Opens and validates `path` (datasets present, ranks, dtypes, attributes, sizes, label or
   /// token ranges). Throws DataError naming the file, the dataset, what was expected and found.
-  /// Local (each rank opens its own handle; nothing is read beyond metadata and range checks).
+  /// Local (each rank opens its own handle; nothing is read beyond metadata and range checks):
+  /// every rank calls it before any collective so every rank reports a bad file itself.
+  /// Range checks scan /labels or /tokens once, in blocks (Fashion-MNIST: ~1 ms).
   static std::unique_ptr<Dataset> open(const std::string& path,
-                                       const DatasetExpectation& expect = {});
+                                       const DatasetExpectation& expect = {},
+                                       const ReadOptions& options = {});
   virtual const DatasetInfo& info() const = 0;
   /// Reads the samples with these global indices (any order; duplicates allowed) into a Batch in
-  /// the same order, with hyperslab selections that coalesce neighbours. Local.
+  /// the same order, with hyperslab selections that coalesce neighbours. Throws DataError for an
+  /// index outside [0, num_samples). Local; one thread at a time.
   virtual Batch read(const std::vector<std::int64_t>& indices) = 0;
+  /// Global indices [begin, end) in order (evaluation): the same as read() of that range; the
+  /// file readers do it with one hyperslab. Local; one thread at a time.
+  virtual Batch read_range(std::int64_t begin, std::int64_t end);
 };
 
 }  // namespace hpctrain::data

@@ -4,6 +4,11 @@
 // order; data-parallel rank r takes its contiguous slice [r*b, (r+1)*b) of it. The stream depends
 // on (seed, epoch, position) only, never on the world size, and the state below is all a resume
 // needs, even at a different data-parallel size.
+//
+// The permutation is a Fisher-Yates shuffle driven by xoshiro256** seeded through splitmix64,
+// with Lemire's unbiased bounded integers: fixed integer arithmetic, identical on every platform
+// and compiler (std::shuffle and torch's RNG are not). docs/DATA.md states it exactly and
+// scripts/data_order.py is a Python reference implementation.
 
 #include <cstdint>
 #include <vector>
@@ -12,16 +17,24 @@ namespace hpctrain::data {
 
 /// Where the stream is. Saved in checkpoints. Local value type.
 struct SamplerState {
-  std::int64_t epoch = 0;            ///< current epoch (0-based)
-  std::int64_t offset_in_epoch = 0;  ///< samples of this epoch's order already consumed
-  std::int64_t global_step = 0;      ///< global batches consumed since the start of the run
-  std::int64_t consumed_samples = 0; ///< samples consumed since the start of the run
+  std::int64_t epoch = 0;             ///< current epoch (0-based)
+  std::int64_t offset_in_epoch = 0;   ///< samples of this epoch's order already consumed
+  std::int64_t global_step = 0;       ///< global batches consumed since the start of the run
+  std::int64_t consumed_samples = 0;  ///< samples consumed since the start of the run
 };
+
+/// The order of epoch `epoch` for `seed`: a permutation of 0..num_samples-1 (see above). Local;
+/// a pure function of its arguments.
+std::vector<std::int64_t> epoch_permutation(std::int64_t num_samples, std::uint64_t seed,
+                                            std::int64_t epoch);
 
 /// Training sampler. drop_last: an epoch's remainder smaller than one global batch is skipped
 /// (documented in docs/DATA.md), so every step has the same global batch.
+/// Not thread-safe (it caches the current epoch's order): give each thread its own copy.
 class TrainSampler {
  public:
+  /// Throws DataError when num_samples < global_batch (not one full batch per epoch) and
+  /// ConfigError when global_batch < 1. Local.
   TrainSampler(std::int64_t num_samples, std::int64_t global_batch, std::uint64_t seed,
                bool shuffle);
   std::int64_t num_samples() const { return num_samples_; }
@@ -32,8 +45,16 @@ class TrainSampler {
   std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
   /// The global indices of the next global batch from `state` (advancing to the next epoch when
   /// fewer than global_batch remain), and the state after it. Local.
+  /// Throws DataError when the state does not fit this dataset (a checkpoint of another one).
   std::vector<std::int64_t> next_global_batch(SamplerState& state) const;
+  /// Advances `state` exactly as next_global_batch does, without computing the batch. Local.
+  void advance(SamplerState& state) const;
+  /// Whether the next global batch starts a new epoch (fewer than global_batch remain). Local.
+  bool at_epoch_end(const SamplerState& state) const;
+  std::uint64_t seed() const { return seed_; }
+  bool shuffle() const { return shuffle_; }
   /// This data-parallel rank's slice of a global batch (global_batch / dp_size samples). Local.
+  /// Throws Error when dp_size does not divide the global batch.
   static std::vector<std::int64_t> rank_slice(const std::vector<std::int64_t>& global_batch,
                                               int dp_rank, int dp_size);
 
@@ -51,12 +72,19 @@ class TrainSampler {
 /// batches of at most `batch` samples. Local.
 class EvalShard {
  public:
+  /// Throws ConfigError for batch < 1 or a dp_rank outside [0, dp_size). Local.
   EvalShard(std::int64_t num_samples, int dp_rank, int dp_size, std::int64_t batch);
+  std::int64_t num_samples() const { return num_samples_; }
+  /// Samples of this rank: end() - begin(). Local.
+  std::int64_t size() const { return end_ - begin_; }
   std::int64_t begin() const { return begin_; }
   std::int64_t end() const { return end_; }
   std::int64_t num_batches() const;
-  /// The global indices of local batch `i` (0 <= i < num_batches()). Local.
+  /// The global indices of local batch `i` (0 <= i < num_batches()): a contiguous range. Local.
   std::vector<std::int64_t> batch(std::int64_t i) const;
+  /// The first global index of local batch `i` and its size. Local.
+  std::int64_t batch_begin(std::int64_t i) const { return begin_ + i * batch_; }
+  std::int64_t batch_size(std::int64_t i) const;
   /// The largest num_batches() over all ranks: ranks with fewer batches still join the
   /// per-batch collectives (stop checks) that many times. Local (pure arithmetic).
   std::int64_t max_batches_over_ranks() const;

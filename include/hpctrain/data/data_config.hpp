@@ -1,0 +1,32 @@
+#pragma once
+// The `data` section of the run configuration (keys documented in docs/DATA.md, "Configuration").
+
+#include <cstdint>
+#include <string>
+
+#include "hpctrain/data/dataset.hpp"
+
+namespace hpctrain {
+class ConfigSection;
+}
+
+namespace hpctrain::data {
+
+struct DataConfig {
+  std::string train;              ///< data.train: training split file ("" = none given)
+  std::string val;                ///< data.val: validation split file ("" = none)
+  std::int64_t batch_size = 64;   ///< data.batch_size: samples per data-parallel rank per step
+  bool shuffle = true;            ///< data.shuffle: permute each epoch (else sequential)
+  int prefetch = 4;               ///< data.prefetch: batches read ahead (0 = read inline)
+  std::uint64_t chunk_cache = 0;  ///< data.chunk_cache: bytes, 0 = "auto" (see ReadOptions)
+
+  /// Reads and validates the keys of `data_section` (recording defaults); throws ConfigError
+  /// naming the key ("data.batch_size = 0: must be at least 1"). Local: every rank reads the
+  /// same config identically.
+  static DataConfig from(ConfigSection& data_section);
+
+  /// The reader options these keys ask for. Local.
+  ReadOptions read_options() const;
+};
+
+}  // namespace hpctrain::data

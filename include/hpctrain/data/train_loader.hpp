@@ -1,0 +1,38 @@
+#pragma once
+// This rank's training batches: the global sampler (sampler.hpp) sliced for this data-parallel
+// rank, read from a Dataset by a Prefetcher K batches ahead. Tensor-parallel ranks of one
+// data-parallel group pass the same dp_rank and so read the same samples.
+
+#include <cstdint>
+#include <memory>
+
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/prefetcher.hpp"
+#include "hpctrain/data/sampler.hpp"
+
+namespace hpctrain::data {
+
+class TrainLoader {
+ public:
+  /// Starts reading this rank's slices of the global batches that follow `start`, `prefetch`
+  /// batches ahead (0 = read inside next()). Stops after global step `end_step` (-1 = never).
+  /// `dataset` must outlive the loader. Local.
+  TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start, int dp_rank,
+              int dp_size, int prefetch, std::int64_t end_step = -1);
+
+  /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local.
+  bool next(Batch& out);
+  /// The stream position after the batches next() returned (not the ones read ahead): what a
+  /// checkpoint saves. Local.
+  const SamplerState& state() const { return state_; }
+  /// Seconds next() waited for data so far. Local.
+  double wait_seconds() const { return prefetcher_->wait_seconds(); }
+
+ private:
+  TrainSampler sampler_;  // the consumer's copy: only advance() is called on it
+  SamplerState state_;
+  std::int64_t end_step_;
+  std::unique_ptr<Prefetcher> prefetcher_;
+};
+
+}  // namespace hpctrain::data

@@ -1,0 +1,236 @@
+// hpctrain bench data: throughput of the sharded reader (samples/s, MB/s) and the time a training
+// loop would wait for data, without and with prefetching. scripts/bench_data.sh runs it next to
+// h5py reading the very same batches (--indices-out) from the same file.
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "command.hpp"
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/sampler.hpp"
+#include "hpctrain/data/train_loader.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "session.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+struct BenchDataOptions {
+  std::string file;
+  std::int64_t batch = 64;
+  std::int64_t steps = 300;
+  std::int64_t warmup = 20;
+  int prefetch = 4;
+  double compute_ms = 2.0;
+  std::uint64_t seed = 0;
+  bool shuffle = true;
+  std::int64_t seq_len = 128;
+  int tp = 1;
+  std::string chunk_cache = "auto";
+  std::string indices_out;
+  bool json = false;
+};
+BenchDataOptions g_opt;
+
+using Clock = std::chrono::steady_clock;
+
+double max_over_ranks(double value, MPI_Comm comm) {
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return value;
+}
+
+struct Phase {
+  std::string name;
+  int prefetch = -1;  // -1: plain reads, no loop
+  double seconds = 0;
+  double wait_seconds = 0;
+};
+
+int run_bench_data(CommandContext& ctx) {
+  Session session = make_session(ctx, g_opt.tp);
+  const auto& grid = *session.grid;
+  MPI_Comm world = ctx.runtime.world();
+  const int dp = grid.dp_size();
+  const std::int64_t global_batch = g_opt.batch * dp;
+
+  data::DatasetExpectation expect;
+  expect.min_samples = global_batch;
+  expect.seq_len = g_opt.seq_len;
+  expect.config_key = "--file";
+  data::ReadOptions read_options;
+  if (g_opt.chunk_cache != "auto") {
+    read_options.chunk_cache_bytes = parse_bytes(g_opt.chunk_cache, "--chunk-cache");
+  }
+  // Every rank opens and validates before the first collective below.
+  auto dataset = data::Dataset::open(g_opt.file, expect, read_options);
+  const data::DatasetInfo& info = dataset->info();
+  data::TrainSampler sampler(info.num_samples, global_batch, g_opt.seed, g_opt.shuffle);
+
+  if (ctx.runtime.world_rank() == 0 && !g_opt.indices_out.empty()) {
+    // The global batches in order (warm-up, then timed), int64 little-endian, for the h5py side.
+    std::ofstream out(g_opt.indices_out, std::ios::binary);
+    data::SamplerState state;
+    for (std::int64_t s = 0; s < g_opt.warmup + g_opt.steps; ++s) {
+      auto batch = sampler.next_global_batch(state);
+      out.write(reinterpret_cast<const char*>(batch.data()),
+                static_cast<std::streamsize>(batch.size() * sizeof(std::int64_t)));
+    }
+    if (!out) throw Error(str("cannot write --indices-out file '", g_opt.indices_out, "'"));
+  }
+
+  // Warm-up: the same first steps the h5py side skips.
+  data::SamplerState state;
+  for (std::int64_t s = 0; s < g_opt.warmup; ++s) {
+    dataset->read(
+        data::TrainSampler::rank_slice(sampler.next_global_batch(state), grid.dp_rank(), dp));
+  }
+  const data::SamplerState timed_start = state;
+
+  std::vector<Phase> phases;
+  session.comms.world->barrier();
+  {
+    Phase phase{"reader (no prefetch, no compute)", -1};
+    auto start = Clock::now();
+    data::SamplerState s = timed_start;
+    for (std::int64_t i = 0; i < g_opt.steps; ++i) {
+      dataset->read(
+          data::TrainSampler::rank_slice(sampler.next_global_batch(s), grid.dp_rank(), dp));
+    }
+    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    phase.wait_seconds = phase.seconds;
+    phases.push_back(phase);
+  }
+  const auto compute = std::chrono::duration<double, std::milli>(g_opt.compute_ms);
+  std::vector<int> depths{0};
+  if (g_opt.prefetch > 0) depths.push_back(g_opt.prefetch);
+  for (int depth : depths) {
+    session.comms.world->barrier();
+    Phase phase{str("loop: prefetch ", depth, ", compute ", g_opt.compute_ms, " ms/step"), depth};
+    auto start = Clock::now();
+    data::TrainLoader loader(*dataset, sampler, timed_start, grid.dp_rank(), dp, depth,
+                             timed_start.global_step + g_opt.steps);
+    data::Batch batch;
+    while (loader.next(batch)) {
+      // Stands in for forward/backward: sleeping leaves the core to the reader thread, as a
+      // step does while it waits in its gradient all-reduce.
+      std::this_thread::sleep_for(compute);
+    }
+    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    phase.wait_seconds = loader.wait_seconds();
+    phases.push_back(phase);
+  }
+
+  const double samples = static_cast<double>(g_opt.steps * global_batch);
+  const double bytes = samples * static_cast<double>(info.sample_bytes);
+  nlohmann::ordered_json rows = nlohmann::json::array();
+  for (Phase& phase : phases) {
+    phase.seconds = max_over_ranks(phase.seconds, world);
+    phase.wait_seconds = max_over_ranks(phase.wait_seconds, world);
+    rows.push_back(
+        {{"phase", phase.name},
+         {"prefetch", phase.prefetch},
+         {"seconds", phase.seconds},
+         {"samples_per_s", samples / phase.seconds},
+         {"mb_per_s", bytes / phase.seconds / 1e6},
+         {"wait_ms_per_step", phase.wait_seconds / static_cast<double>(g_opt.steps) * 1e3}});
+  }
+  if (ctx.runtime.world_rank() != 0) return 0;
+  nlohmann::ordered_json j{{"benchmark", "data"},
+                           {"file", g_opt.file},
+                           {"kind", data::dataset_kind_name(info.kind)},
+                           {"num_samples", info.num_samples},
+                           {"sample_shape", info.sample_shape},
+                           {"dtype", info.input_dtype},
+                           {"sample_bytes", info.sample_bytes},
+                           {"chunk_shape", info.chunk_shape},
+                           {"chunk_cache_bytes", info.chunk_cache_bytes},
+                           {"world_size", ctx.runtime.world_size()},
+                           {"dp", dp},
+                           {"tp", grid.tp_size()},
+                           {"batch_per_rank", g_opt.batch},
+                           {"global_batch", global_batch},
+                           {"steps", g_opt.steps},
+                           {"warmup", g_opt.warmup},
+                           {"shuffle", g_opt.shuffle},
+                           {"seed", g_opt.seed},
+                           {"compute_ms", g_opt.compute_ms},
+                           {"rows", rows}};
+  if (g_opt.json) {
+    std::cout << j.dump(2) << std::endl;
+    return 0;
+  }
+  std::string chunks = "none";
+  if (!info.chunk_shape.empty()) {
+    chunks.clear();
+    for (auto d : info.chunk_shape) chunks += (chunks.empty() ? "" : "x") + std::to_string(d);
+  }
+  std::string shape;
+  for (auto d : info.sample_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  std::printf("# hpctrain bench data: %s\n", g_opt.file.c_str());
+  std::printf("# %lld samples of %s %s (%lld B), chunks %s, chunk cache %s\n",
+              static_cast<long long>(info.num_samples), shape.c_str(), info.input_dtype.c_str(),
+              static_cast<long long>(info.sample_bytes), chunks.c_str(),
+              format_bytes(static_cast<double>(info.chunk_cache_bytes)).c_str());
+  std::printf(
+      "# %d ranks (dp=%d x tp=%d), batch %lld per rank (global %lld), %lld steps after "
+      "%lld warm-up, %s\n",
+      ctx.runtime.world_size(), dp, grid.tp_size(), static_cast<long long>(g_opt.batch),
+      static_cast<long long>(global_batch), static_cast<long long>(g_opt.steps),
+      static_cast<long long>(g_opt.warmup),
+      g_opt.shuffle ? str("shuffled (seed ", g_opt.seed, ")").c_str() : "sequential");
+  std::printf(
+      "# samples/s and MB/s of the whole job (slowest rank); wait = time the loop spent "
+      "in next(), per step, slowest rank\n");
+  std::printf("%-44s %12s %10s %14s\n", "phase", "samples/s", "MB/s", "wait/step(ms)");
+  for (const auto& row : rows) {
+    std::printf("%-44s %12.0f %10.1f %14.3f\n", row["phase"].get<std::string>().c_str(),
+                row["samples_per_s"].get<double>(), row["mb_per_s"].get<double>(),
+                row["wait_ms_per_step"].get<double>());
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+CommandRegistration reg(
+    "bench data", "Sharded reader throughput (samples/s, MB/s) and data wait of a training loop",
+    [](CLI::App& app) {
+      app.add_option("--file", g_opt.file, "HDF5 dataset file")->required();
+      app.add_option("--batch", g_opt.batch, "Samples per data-parallel rank per step")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      app.add_option("--steps", g_opt.steps, "Timed steps per phase")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      app.add_option("--warmup", g_opt.warmup, "Untimed steps first")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      app.add_option("--prefetch", g_opt.prefetch, "Batches read ahead in the prefetch phase")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      app.add_option("--compute-ms", g_opt.compute_ms, "Simulated compute per step")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      app.add_option("--seed", g_opt.seed, "Sampler seed")->capture_default_str();
+      app.add_flag("--shuffle,!--no-shuffle", g_opt.shuffle, "Shuffled (default) or sequential");
+      app.add_option("--seq-len", g_opt.seq_len, "Window length for token files")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      app.add_option("--tp", g_opt.tp, "Tensor-parallel size of the grid")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--chunk-cache", g_opt.chunk_cache, "Chunk cache: auto or a size (64M)")
+          ->capture_default_str();
+      app.add_option("--indices-out", g_opt.indices_out,
+                     "Write the global batches read (int64 LE, warm-up then timed) for h5py");
+      app.add_flag("--json", g_opt.json, "Print JSON instead of a table");
+    },
+    run_bench_data);
+
+}  // namespace
+}  // namespace hpctrain::cli

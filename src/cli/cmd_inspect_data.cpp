@@ -1,0 +1,41 @@
+// hpctrain inspect data FILE: schema, shapes, dtypes, chunking and a few samples of a dataset
+// file, validated exactly as training would validate it.
+
+#include <iostream>
+
+#include "command.hpp"
+#include "hpctrain/data/inspect.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+struct InspectArgs {
+  std::string file;
+  data::InspectOptions options;
+};
+InspectArgs g_inspect;
+
+int run_inspect_data(CommandContext& ctx) {
+  // Local work: rank 0 describes the file; other ranks (under mpirun) have nothing to do.
+  if (ctx.runtime.world_rank() != 0) return 0;
+  std::cout << data::describe_data_file(g_inspect.file, g_inspect.options) << std::flush;
+  return 0;
+}
+
+CommandRegistration reg(
+    "inspect data", "Describe a dataset file: schema, shapes, dtypes, chunking, first samples",
+    [](CLI::App& app) {
+      app.add_option("file", g_inspect.file, "HDF5 dataset file")->required();
+      app.add_option("--samples", g_inspect.options.samples, "Samples to show")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
+      app.add_option("--seq-len", g_inspect.options.seq_len,
+                     "Window length for token files (they do not store one)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+    },
+    run_inspect_data);
+
+}  // namespace
+}  // namespace hpctrain::cli

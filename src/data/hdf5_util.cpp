@@ -1,0 +1,224 @@
+#include "hdf5_util.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::data::h5 {
+namespace {
+
+herr_t collect_innermost(unsigned /*n*/, const H5E_error2_t* err, void* client) {
+  auto* out = static_cast<std::string*>(client);
+  // Walking downward, the last entry is the innermost: the one that says what really failed.
+  std::string text = err->desc ? err->desc : "";
+  char minor[128] = {0};
+  if (H5Eget_msg(err->min_num, nullptr, minor, sizeof minor) > 0 && minor[0] != '\0') {
+    text = text.empty() ? minor : str(text, " (", minor, ")");
+  }
+  if (!text.empty()) *out = text;
+  return 0;
+}
+
+std::optional<std::pair<Handle, Handle>> open_attr(hid_t object, const char* name,
+                                                   const std::string& where) {
+  htri_t present = H5Aexists(object, name);
+  if (present <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return std::nullopt;
+  }
+  Handle attr(HPCTRAIN_H5(H5Aopen(object, name, H5P_DEFAULT), str(where, " attribute ", name)),
+              H5Aclose);
+  Handle type(HPCTRAIN_H5(H5Aget_type(attr.get()), str(where, " attribute ", name)), H5Tclose);
+  return std::make_pair(std::move(attr), std::move(type));
+}
+
+std::int64_t attr_elements(hid_t attr, const std::string& where) {
+  Handle space(HPCTRAIN_H5(H5Aget_space(attr), where), H5Sclose);
+  return HPCTRAIN_H5(H5Sget_simple_extent_npoints(space.get()), where);
+}
+
+}  // namespace
+
+void silence_errors() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+std::string take_error_detail() {
+  std::string detail;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_innermost, &detail);
+  H5Eclear2(H5E_DEFAULT);
+  return detail;
+}
+
+void throw_call_error(const std::string& where, const char* call, const char* file, int line) {
+  std::string detail = take_error_detail();
+  const char* base = std::strrchr(file, '/');
+  throw DataError(str(where, ": HDF5 call ", call, " failed (", base ? base + 1 : file, ":", line,
+                      ")", detail.empty() ? "" : ": ", detail));
+}
+
+std::string type_name(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type);
+  switch (cls) {
+    case H5T_INTEGER: {
+      const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+      return str(is_signed ? "int" : "uint", size * 8);
+    }
+    case H5T_FLOAT: return str("float", size * 8);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    case H5T_VLEN: return "vlen";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_REFERENCE: return "reference";
+    default: return "unknown";
+  }
+}
+
+std::string shape_string(const std::vector<std::int64_t>& dims) {
+  std::ostringstream out;
+  out << "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) out << (i ? ", " : "") << dims[i];
+  out << (dims.size() == 1 ? ",)" : ")");
+  return out.str();
+}
+
+bool exists(hid_t loc, const char* name) {
+  htri_t present = H5Lexists(loc, name, H5P_DEFAULT);
+  if (present < 0) H5Eclear2(H5E_DEFAULT);
+  return present > 0;
+}
+
+std::vector<std::int64_t> dataset_dims(hid_t dataset, const std::string& where) {
+  Handle space(HPCTRAIN_H5(H5Dget_space(dataset), where), H5Sclose);
+  const int rank = HPCTRAIN_H5(H5Sget_simple_extent_ndims(space.get()), where);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  HPCTRAIN_H5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), where);
+  return std::vector<std::int64_t>(dims.begin(), dims.end());
+}
+
+std::vector<std::int64_t> chunk_dims(hid_t dataset, const std::string& where) {
+  Handle plist(HPCTRAIN_H5(H5Dget_create_plist(dataset), where), H5Pclose);
+  if (H5Pget_layout(plist.get()) != H5D_CHUNKED) return {};
+  hsize_t dims[H5S_MAX_RANK];
+  const int rank = HPCTRAIN_H5(H5Pget_chunk(plist.get(), H5S_MAX_RANK, dims), where);
+  return std::vector<std::int64_t>(dims, dims + rank);
+}
+
+std::optional<double> read_number_attr(hid_t object, const char* name, const std::string& where) {
+  auto opened = open_attr(object, name, where);
+  if (!opened) return std::nullopt;
+  auto& [attr, type] = *opened;
+  const H5T_class_t cls = H5Tget_class(type.get());
+  const std::int64_t n = attr_elements(attr.get(), where);
+  if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || n != 1) {
+    throw DataError(str(where, ": attribute '", name, "' should be a single number, found ",
+                        type_name(type.get()), " with ", n,
+                        " element(s): rewrite it (docs/DATA.md lists the attributes)"));
+  }
+  double value = 0;
+  HPCTRAIN_H5(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value), str(where, " attribute ", name));
+  return value;
+}
+
+std::optional<std::string> read_string_attr(hid_t object, const char* name,
+                                            const std::string& where) {
+  auto opened = open_attr(object, name, where);
+  if (!opened) return std::nullopt;
+  auto& [attr, type] = *opened;
+  if (H5Tget_class(type.get()) != H5T_STRING || attr_elements(attr.get(), where) != 1) {
+    return std::nullopt;
+  }
+  const std::string what = str(where, " attribute ", name);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    Handle mem(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
+    HPCTRAIN_H5(H5Tset_size(mem.get(), H5T_VARIABLE), what);
+    HPCTRAIN_H5(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), what);
+    char* value = nullptr;
+    HPCTRAIN_H5(H5Aread(attr.get(), mem.get(), &value), what);
+    std::string out = value ? value : "";
+    if (value) H5free_memory(value);
+    return out;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  std::string buffer(size + 1, '\0');
+  Handle mem(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
+  HPCTRAIN_H5(H5Tset_size(mem.get(), size + 1), what);
+  HPCTRAIN_H5(H5Aread(attr.get(), mem.get(), buffer.data()), what);
+  buffer.resize(std::strlen(buffer.c_str()));
+  return buffer;
+}
+
+std::vector<std::pair<std::string, std::string>> describe_attrs(hid_t object,
+                                                                const std::string& where) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  auto collect = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    static_cast<std::vector<std::string>*>(data)->push_back(name);
+    return 0;
+  };
+  HPCTRAIN_H5(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names), where);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& name : names) {
+    auto opened = open_attr(object, name.c_str(), where);
+    if (!opened) continue;
+    auto& [attr, type] = *opened;
+    const H5T_class_t cls = H5Tget_class(type.get());
+    const std::int64_t n = attr_elements(attr.get(), where);
+    std::string value;
+    if (cls == H5T_STRING && n == 1) {
+      value = read_string_attr(object, name.c_str(), where).value_or("");
+    } else if ((cls == H5T_INTEGER || cls == H5T_FLOAT) && n == 1) {
+      double number = *read_number_attr(object, name.c_str(), where);
+      value = cls == H5T_INTEGER ? str(static_cast<long long>(number)) : str(number);
+    } else {
+      value = str("<", type_name(type.get()), ", ", n, " elements>");
+    }
+    out.emplace_back(name, value);
+  }
+  return out;
+}
+
+void write_attr(hid_t object, const char* name, std::int64_t value, const std::string& where) {
+  const std::string what = str(where, " attribute ", name);
+  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
+  Handle attr(
+      HPCTRAIN_H5(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                  what),
+      H5Aclose);
+  HPCTRAIN_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), what);
+}
+
+void write_attr(hid_t object, const char* name, double value, const std::string& where) {
+  const std::string what = str(where, " attribute ", name);
+  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
+  Handle attr(
+      HPCTRAIN_H5(H5Acreate2(object, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                  what),
+      H5Aclose);
+  HPCTRAIN_H5(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value), what);
+}
+
+void write_attr(hid_t object, const char* name, const std::string& value,
+                const std::string& where) {
+  // Variable-length UTF-8, as h5py writes Python str attributes, so h5py reads them back as str.
+  const std::string what = str(where, " attribute ", name);
+  Handle type(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
+  HPCTRAIN_H5(H5Tset_size(type.get(), H5T_VARIABLE), what);
+  HPCTRAIN_H5(H5Tset_cset(type.get(), H5T_CSET_UTF8), what);
+  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
+  Handle attr(
+      HPCTRAIN_H5(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                  what),
+      H5Aclose);
+  const char* text = value.c_str();
+  HPCTRAIN_H5(H5Awrite(attr.get(), type.get(), &text), what);
+}
+
+}  // namespace hpctrain::data::h5

@@ -1,1 +1,0 @@
-// Data layer sources are added by the data issue.

@@ -1,0 +1,219 @@
+// The global sampler: a fixed, platform-independent permutation per (seed, epoch), drop_last
+// training batches, position-based resume (also at another global batch), rank slices, and
+// evaluation shards that cover every sample exactly once.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "hpctrain/data/sampler.hpp"
+#include "test_util.hpp"
+
+namespace hpctrain::data {
+namespace {
+
+using testing::error_of;
+
+std::vector<std::int64_t> iota(std::int64_t n, std::int64_t first = 0) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+TEST(EpochPermutation, MatchesThePythonReference) {
+  // Values printed by scripts/data_order.py: the order is part of the data format, so a change
+  // here changes which samples every run trains on.
+  EXPECT_EQ(epoch_permutation(10, 0, 0), (std::vector<std::int64_t>{7, 8, 3, 1, 5, 4, 2, 0, 9, 6}));
+  EXPECT_EQ(epoch_permutation(10, 42, 1),
+            (std::vector<std::int64_t>{7, 3, 5, 6, 2, 1, 8, 4, 9, 0}));
+  auto order = epoch_permutation(100, 7, 3);
+  EXPECT_EQ(std::vector<std::int64_t>(order.begin(), order.begin() + 10),
+            (std::vector<std::int64_t>{85, 57, 51, 90, 38, 72, 73, 83, 87, 34}));
+}
+
+TEST(EpochPermutation, IsAPermutationAndDependsOnSeedAndEpoch) {
+  for (std::int64_t n : {0, 1, 2, 3, 17, 1000}) {
+    auto order = epoch_permutation(n, 5, 2);
+    auto sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, iota(n)) << "n=" << n;
+    EXPECT_EQ(order, epoch_permutation(n, 5, 2)) << "deterministic";
+  }
+  EXPECT_NE(epoch_permutation(1000, 5, 2), epoch_permutation(1000, 5, 3));
+  EXPECT_NE(epoch_permutation(1000, 5, 2), epoch_permutation(1000, 6, 2));
+  EXPECT_NE(epoch_permutation(1000, 5, 2), iota(1000));
+}
+
+TEST(TrainSampler, SequentialWithoutShuffle) {
+  TrainSampler sampler(10, 4, 123, /*shuffle=*/false);
+  EXPECT_EQ(sampler.epoch_order(0), iota(10));
+  EXPECT_EQ(sampler.epoch_order(5), iota(10));
+  SamplerState state;
+  EXPECT_EQ(sampler.next_global_batch(state), iota(4, 0));
+  EXPECT_EQ(sampler.next_global_batch(state), iota(4, 4));
+  // drop_last: samples 8 and 9 do not fill a batch of 4; epoch 1 starts over.
+  EXPECT_EQ(sampler.next_global_batch(state), iota(4, 0));
+  EXPECT_EQ(state.epoch, 1);
+}
+
+TEST(TrainSampler, NextGlobalBatchWalksTheEpochOrderWithDropLast) {
+  TrainSampler sampler(10, 4, 9, true);
+  EXPECT_EQ(sampler.steps_per_epoch(), 2);
+  SamplerState state;
+  auto e0 = sampler.epoch_order(0);
+  auto e1 = sampler.epoch_order(1);
+  EXPECT_EQ(e0, epoch_permutation(10, 9, 0));
+  EXPECT_EQ(sampler.next_global_batch(state),
+            std::vector<std::int64_t>(e0.begin(), e0.begin() + 4));
+  EXPECT_EQ(state.epoch, 0);
+  EXPECT_EQ(state.offset_in_epoch, 4);
+  EXPECT_EQ(state.global_step, 1);
+  EXPECT_EQ(state.consumed_samples, 4);
+  EXPECT_EQ(sampler.next_global_batch(state),
+            std::vector<std::int64_t>(e0.begin() + 4, e0.begin() + 8));
+  EXPECT_TRUE(sampler.at_epoch_end(state));
+  EXPECT_EQ(sampler.next_global_batch(state),
+            std::vector<std::int64_t>(e1.begin(), e1.begin() + 4));
+  EXPECT_EQ(state.epoch, 1);
+  EXPECT_EQ(state.offset_in_epoch, 4);
+  EXPECT_EQ(state.global_step, 3);
+  EXPECT_EQ(state.consumed_samples, 12);
+}
+
+TEST(TrainSampler, AdvanceMatchesNextGlobalBatch) {
+  TrainSampler sampler(103, 12, 1, true);
+  SamplerState a, b;
+  for (int i = 0; i < 40; ++i) {
+    sampler.next_global_batch(a);
+    sampler.advance(b);
+    EXPECT_EQ(a.epoch, b.epoch);
+    EXPECT_EQ(a.offset_in_epoch, b.offset_in_epoch);
+    EXPECT_EQ(a.global_step, b.global_step);
+    EXPECT_EQ(a.consumed_samples, b.consumed_samples);
+  }
+}
+
+TEST(TrainSampler, EveryEpochSeesEachSampleOnceMinusTheRemainder) {
+  const std::int64_t n = 103, g = 12;
+  TrainSampler sampler(n, g, 77, true);
+  SamplerState state;
+  for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::vector<std::int64_t> seen;
+    for (std::int64_t s = 0; s < sampler.steps_per_epoch(); ++s) {
+      auto batch = sampler.next_global_batch(state);
+      EXPECT_EQ(state.epoch, epoch);
+      seen.insert(seen.end(), batch.begin(), batch.end());
+    }
+    auto order = sampler.epoch_order(epoch);
+    std::set<std::int64_t> unique(seen.begin(), seen.end());
+    EXPECT_EQ(unique.size(), seen.size()) << "no duplicates within an epoch";
+    EXPECT_EQ(static_cast<std::int64_t>(seen.size()), n - n % g);
+    // The dropped remainder is the tail of the epoch's order.
+    for (std::int64_t k = n - n % g; k < n; ++k) {
+      EXPECT_EQ(unique.count(order[static_cast<std::size_t>(k)]), 0u);
+    }
+  }
+}
+
+TEST(TrainSampler, ResumeContinuesTheStreamAlsoAtAnotherGlobalBatch) {
+  const std::int64_t n = 1000;
+  TrainSampler full(n, 12, 3, true);
+  SamplerState straight;
+  std::vector<std::int64_t> reference;
+  for (int s = 0; s < 20; ++s) {
+    auto b = full.next_global_batch(straight);
+    reference.insert(reference.end(), b.begin(), b.end());
+  }
+  // Stop after 7 steps; resume from the saved state with a fresh sampler (same global batch).
+  SamplerState saved;
+  for (int s = 0; s < 7; ++s) full.advance(saved);
+  TrainSampler resumed(n, 12, 3, true);
+  std::vector<std::int64_t> stream(reference.begin(), reference.begin() + 7 * 12);
+  for (int s = 7; s < 20; ++s) {
+    auto b = resumed.next_global_batch(saved);
+    stream.insert(stream.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(stream, reference);
+  EXPECT_EQ(saved.global_step, straight.global_step);
+
+  // Resume at half the data-parallel size (global batch 6): the same samples, in the same order.
+  SamplerState half;
+  for (int s = 0; s < 7; ++s) full.advance(half);
+  TrainSampler smaller(n, 6, 3, true);
+  std::vector<std::int64_t> continued(reference.begin(), reference.begin() + 7 * 12);
+  while (continued.size() < reference.size()) {
+    auto b = smaller.next_global_batch(half);
+    continued.insert(continued.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(continued, reference);
+  EXPECT_EQ(half.consumed_samples, straight.consumed_samples);
+}
+
+TEST(TrainSampler, RejectsTooFewSamplesAndForeignStates) {
+  EXPECT_HAS(error_of([] { TrainSampler(10, 12, 0, true); }),
+             "holds 10 samples, fewer than one global batch of 12");
+  EXPECT_HAS(error_of<ConfigError>([] { TrainSampler(10, 0, 0, true); }), "data.batch_size");
+  TrainSampler sampler(10, 4, 0, true);
+  SamplerState foreign;
+  foreign.offset_in_epoch = 50;
+  EXPECT_HAS(error_of([&] { sampler.next_global_batch(foreign); }),
+             "does not fit a training set of 10 samples");
+}
+
+TEST(TrainSampler, RankSliceIsContiguous) {
+  auto global = iota(12, 100);
+  EXPECT_EQ(TrainSampler::rank_slice(global, 0, 3), iota(4, 100));
+  EXPECT_EQ(TrainSampler::rank_slice(global, 2, 3), iota(4, 108));
+  EXPECT_EQ(TrainSampler::rank_slice(global, 0, 1), global);
+  EXPECT_HAS(error_of<Error>([&] { TrainSampler::rank_slice(global, 0, 5); }),
+             "cannot take an equal slice of a global batch of 12");
+}
+
+TEST(EvalShard, CoversEverySampleExactlyOnceWithUnevenShards) {
+  for (std::int64_t n : {0, 1, 3, 5, 7, 100, 103}) {
+    for (int dp = 1; dp <= 8; ++dp) {
+      for (std::int64_t batch : {1, 3, 64}) {
+        std::vector<int> hits(static_cast<std::size_t>(n), 0);
+        std::int64_t smallest = n, largest = 0, most_batches = 0;
+        for (int r = 0; r < dp; ++r) {
+          EvalShard shard(n, r, dp, batch);
+          smallest = std::min(smallest, shard.size());
+          largest = std::max(largest, shard.size());
+          most_batches = std::max(most_batches, shard.num_batches());
+          std::int64_t count = 0;
+          for (std::int64_t i = 0; i < shard.num_batches(); ++i) {
+            auto indices = shard.batch(i);
+            EXPECT_LE(static_cast<std::int64_t>(indices.size()), batch);
+            EXPECT_GT(indices.size(), 0u);
+            for (auto index : indices) {
+              ASSERT_GE(index, shard.begin());
+              ASSERT_LT(index, shard.end());
+              ++hits[static_cast<std::size_t>(index)];
+            }
+            count += static_cast<std::int64_t>(indices.size());
+          }
+          EXPECT_EQ(count, shard.size());
+          EXPECT_EQ(shard.max_batches_over_ranks(),
+                    EvalShard(n, 0, dp, batch).max_batches_over_ranks());
+        }
+        for (std::int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(hits[static_cast<std::size_t>(i)], 1)
+              << "n=" << n << " dp=" << dp << " i=" << i;
+        }
+        EXPECT_LE(largest - smallest, 1) << "n=" << n << " dp=" << dp;
+        EXPECT_EQ(EvalShard(n, 0, dp, batch).max_batches_over_ranks(), most_batches)
+            << "n=" << n << " dp=" << dp << " batch=" << batch;
+      }
+    }
+  }
+}
+
+TEST(EvalShard, RejectsBadArguments) {
+  EXPECT_HAS(error_of<ConfigError>([] { EvalShard(10, 0, 2, 0); }), "at least 1");
+  EXPECT_HAS(error_of<ConfigError>([] { EvalShard(10, 2, 2, 4); }), "not a valid shard");
+}
+
+}  // namespace
+}  // namespace hpctrain::data
