@@ -125,7 +125,7 @@ class Gpt : public Model {
 
   /// int64 tokens [B, T] (T <= seq_len, ids < vocab_size) -> this rank's vocabulary slice of
   /// the logits [B, T, ceil(vocab_size / tp)]. Columns past vocab_size (padding, last ranks
-  /// only) hold garbage and are ignored by loss(). Collective over tp.
+  /// only) are 0 and are ignored by loss(). Collective over tp.
   torch::Tensor forward(const torch::Tensor& inputs) override;
   /// Next-token loss of `outputs` (from forward) against int64 targets [B, T]: loss = mean over
   /// tokens, loss_sum, correct = top-1 hits, count = B * T. Identical on every tp rank, so
