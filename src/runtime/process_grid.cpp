@@ -22,25 +22,42 @@ GridShape validate_grid(int world_size, int tp) {
   return GridShape{world_size / tp, tp};
 }
 
-ProcessGrid::ProcessGrid(const Runtime& runtime, int tp)
-    : shape_(validate_grid(runtime.world_size(), tp)), world_rank_(runtime.world_rank()) {
+namespace {
+int comm_size(MPI_Comm comm) {
+  int size = 1;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm, &size));
+  return size;
+}
+int comm_rank(MPI_Comm comm) {
+  int rank = 0;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+}  // namespace
+
+ProcessGrid::ProcessGrid(const Runtime& runtime, int tp, MPI_Comm base)
+    : shape_(validate_grid(comm_size(base), tp)), world_rank_(comm_rank(base)), base_(base) {
+  (void)runtime;
   // tp innermost: consecutive world ranks share a tp group, so with tp dividing the ranks per
   // node the (bandwidth-hungry) tensor-parallel traffic stays on the node.
   tp_rank_ = world_rank_ % shape_.tp;
   dp_rank_ = world_rank_ / shape_.tp;
-  HPCTRAIN_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, dp_rank_, tp_rank_, &tp_comm_));
-  HPCTRAIN_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, tp_rank_, dp_rank_, &dp_comm_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_split(base_, dp_rank_, tp_rank_, &tp_comm_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_split(base_, tp_rank_, dp_rank_, &dp_comm_));
 
   // A tp group lies within a node if all its members report the same node leader.
-  int leader_world_rank = world_rank_;
+  MPI_Comm node = MPI_COMM_NULL;
   HPCTRAIN_MPI_CHECK(
-      MPI_Bcast(&leader_world_rank, 1, MPI_INT, 0, runtime.node_comm()));  // node's rank 0
+      MPI_Comm_split_type(base_, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node));
+  int leader_world_rank = world_rank_;
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(&leader_world_rank, 1, MPI_INT, 0, node));  // node's first rank
+  MPI_Comm_free(&node);
   int lo = leader_world_rank;
   int hi = leader_world_rank;
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, tp_comm_));
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, tp_comm_));
   int inside = lo == hi ? 1 : 0;
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &inside, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &inside, 1, MPI_INT, MPI_MIN, base_));
   tp_within_node_ = inside == 1;
 }
 

@@ -119,12 +119,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   expect.seq_len = seq_len;
   expect.min_samples = m.global_batch;
   expect.config_key = "data.train";
-  m.train_data = data::Dataset::open(cfg.data.train, expect);
+  m.train_data = data::Dataset::open(cfg.data.train, expect, cfg.data.read_options());
   if (!cfg.data.val.empty()) {
     data::DatasetExpectation val_expect;
     val_expect.seq_len = seq_len;
     val_expect.config_key = "data.val";
-    m.val_data = data::Dataset::open(cfg.data.val, val_expect);
+    m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options());
   }
 
   torch::manual_seed(cfg.run.seed);

@@ -24,9 +24,9 @@ GridShape validate_grid(int world_size, int tp);
 /// This rank's place in the grid and the MPI sub-communicators of its groups.
 class ProcessGrid {
  public:
-  /// Validates the shape (see validate_grid), then splits the world into tp and dp groups.
-  /// Collective over MPI_COMM_WORLD.
-  ProcessGrid(const Runtime& runtime, int tp);
+  /// Validates the shape (see validate_grid), then splits `base` (the world by default; tests
+  /// pass MPI_COMM_SELF for single-rank references) into tp and dp groups. Collective over `base`.
+  ProcessGrid(const Runtime& runtime, int tp, MPI_Comm base = MPI_COMM_WORLD);
   /// Frees the sub-communicators. Collective over MPI_COMM_WORLD (MPI_Comm_free).
   ~ProcessGrid();
   ProcessGrid(const ProcessGrid&) = delete;
@@ -39,7 +39,8 @@ class ProcessGrid {
   int dp_rank() const { return dp_rank_; }
   int tp_rank() const { return tp_rank_; }
   GridShape shape() const { return shape_; }
-  MPI_Comm world_comm() const { return MPI_COMM_WORLD; }
+  /// The communicator the grid spans (MPI_COMM_WORLD unless built over another).
+  MPI_Comm world_comm() const { return base_; }
   /// Ranks with the same tp_rank (they hold the same shard and average gradients).
   MPI_Comm dp_comm() const { return dp_comm_; }
   /// Ranks with the same dp_rank (they split layers and read the same samples).
@@ -55,6 +56,7 @@ class ProcessGrid {
   int dp_rank_ = 0;
   int tp_rank_ = 0;
   bool tp_within_node_ = true;
+  MPI_Comm base_ = MPI_COMM_WORLD;
   MPI_Comm dp_comm_ = MPI_COMM_NULL;
   MPI_Comm tp_comm_ = MPI_COMM_NULL;
 };
