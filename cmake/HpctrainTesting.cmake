@@ -56,11 +56,13 @@ function(hpctrain_mpi_test name)
   endforeach()
 endfunction()
 
-# hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s]): a bash script
-# driving the real binary. It gets HPCTRAIN_BIN, HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR,
-# HPCTRAIN_BUILD_DIR and a private HPCTRAIN_TEST_TMP directory.
+# hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s] [FIXTURES_SETUP f]
+# [FIXTURES_REQUIRED f...]): a bash script driving the real binary. It gets HPCTRAIN_BIN,
+# HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR, HPCTRAIN_BUILD_DIR, HPCTRAIN_TEST_DATA (data
+# shared between tests, made by fixtures such as "fmnist") and a private HPCTRAIN_TEST_TMP.
 function(hpctrain_script_test name)
-  cmake_parse_arguments(ARG "" "SCRIPT;TIMEOUT;PROCESSORS" "ARGS;LABELS;DEPENDS" ${ARGN})
+  cmake_parse_arguments(ARG "" "SCRIPT;TIMEOUT;PROCESSORS;FIXTURES_SETUP"
+                        "ARGS;LABELS;DEPENDS;FIXTURES_REQUIRED" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
@@ -74,7 +76,13 @@ function(hpctrain_script_test name)
   add_test(NAME ${name} COMMAND bash ${ARG_SCRIPT} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     PROCESSORS ${ARG_PROCESSORS}
-    ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_TMP=${tmp}")
+    ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_DATA=${PROJECT_BINARY_DIR}/test-data;HPCTRAIN_TEST_TMP=${tmp}")
+  if(ARG_FIXTURES_SETUP)
+    set_tests_properties(${name} PROPERTIES FIXTURES_SETUP "${ARG_FIXTURES_SETUP}")
+  endif()
+  if(ARG_FIXTURES_REQUIRED)
+    set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED "${ARG_FIXTURES_REQUIRED}")
+  endif()
   if(ARG_DEPENDS)
     set_tests_properties(${name} PROPERTIES DEPENDS "${ARG_DEPENDS}")
   endif()

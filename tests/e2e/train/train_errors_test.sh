@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Bad configuration and a NaN loss: each gives its message and exit code on every rank, no hang.
+source "$(dirname "$0")/../lib.sh"
+data=$HPCTRAIN_TEST_DATA/fashion-mnist
+common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
+  --set "data.val=$data/test.h5" --set eval.every_steps=0 --set run.max_steps=8)
+
+expect_exit 2 "$TMP/unknown.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/r" --set optim.lrr=0.1
+expect_grep "unknown key 'optim.lrr' \(did you mean 'optim.lr'\?\)" "$TMP/unknown.txt"
+
+expect_exit 2 "$TMP/type.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/r" --set data.batch_size=lots
+expect_grep "data.batch_size = 'lots': expected an integer" "$TMP/type.txt"
+
+expect_exit 2 "$TMP/value.txt" "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/r" \
+  --set optim.name=lion
+expect_grep "optim.name = 'lion': must be one of sgd, adam, adamw" "$TMP/value.txt"
+
+expect_exit 2 "$TMP/missing.txt" "$HPCTRAIN_BIN" train -c /nonexistent.yaml
+expect_exit 3 "$TMP/nodata.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/r" --set data.train=$TMP/none.h5
+expect_grep "none.h5" "$TMP/nodata.txt"
+
+expect_exit 3 "$TMP/shape.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/r" --set model.in_features=100
+expect_grep "do not fit the model" "$TMP/shape.txt"
+
+# NaN injected into rank 1's loss at step 3: stop with exit 6 before the update.
+expect_exit 6 "$TMP/nan.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/nan" --set debug.nan_step=3 --set debug.nan_rank=1
+expect_grep "non-finite gradient norm at step 3" "$TMP/nan.txt"
+expect_grep "r1/.*the loss on this rank was nan" "$TMP/nan.txt"
+
+# ... or skip such steps when configured to.
+expect_exit 0 "$TMP/skip.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/skip" --set debug.nan_step=3 --set debug.nan_rank=0 \
+  --set optim.on_nonfinite=skip
+expect_grep "skipping step 3: non-finite gradient norm" "$TMP/skip.txt"
+expect_grep "stopped after step 8: completed" "$TMP/skip.txt"
+finish
