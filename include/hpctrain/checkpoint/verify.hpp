@@ -1,0 +1,48 @@
+#pragma once
+// Finding and verifying checkpoints without loading them: what resolve("auto") and
+// `hpctrain inspect checkpoint` build on. Everything here is local (no MPI) and reads files only.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hpctrain::checkpoint {
+
+/// Result of verifying one checkpoint directory.
+struct Verification {
+  bool ok = false;
+  /// Why it failed, naming the file and what was expected and found:
+  /// "missing manifest.json", "model.h5: checksum mismatch (manifest xxh3 ..., file ...)".
+  std::string reason;
+};
+
+/// Checks a checkpoint directory: manifest.json present, parseable, of a known format version
+/// and with a valid self-checksum; every file it lists present with the recorded size and xxh3
+/// checksum (each file read once); every HDF5 file openable and holding each listed tensor with
+/// its recorded shape. Local. Holds the process-wide HDF5 lock while it calls HDF5.
+Verification verify(const std::string& dir);
+
+/// Committed checkpoints of a run (<run_dir>/checkpoints/step_<N> directories; never temporary
+/// ones), newest (highest step) first, as full paths. Local; does not verify them.
+std::vector<std::string> list_checkpoints(const std::string& run_dir);
+
+/// The checkpoint directory the `latest` pointer of a run names (full path), or nullopt when the
+/// pointer is absent, empty, or names something that is not a step_<N> directory name. Local;
+/// does not check that the directory exists.
+std::optional<std::string> read_latest(const std::string& run_dir);
+
+/// What CheckpointManager::resolve() decides, computed locally (it runs this on world rank 0
+/// and broadcasts the result).
+struct ResumeChoice {
+  std::optional<std::string> path;   ///< the checkpoint to load; nullopt: start from scratch
+  std::string error;                 ///< set when `resume` names a checkpoint that does not verify
+  std::vector<std::string> skipped;  ///< "<dir>: <reason>" for each candidate that failed
+};
+
+/// resume = "none" (or empty): nothing. "auto": the checkpoint `latest` names if it verifies,
+/// else the newest committed one that verifies, else nothing. Any other value: that directory
+/// (a path, or a step_<N> name inside <run_dir>/checkpoints), or `error` saying why it does not
+/// verify. Never picks a temporary directory. Local (reads and checksums the files).
+ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume);
+
+}  // namespace hpctrain::checkpoint

@@ -1,0 +1,57 @@
+#pragma once
+// Private: the state behind CheckpointManager, shared by its save (checkpoint_manager.cpp) and
+// load (checkpoint_load.cpp) halves.
+
+#include <mpi.h>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hpctrain/checkpoint/checkpoint_manager.hpp"
+#include "save_job.hpp"
+
+namespace hpctrain::checkpoint {
+
+/// An empty logical shape means "replicated, as held": a convenience for unsharded records.
+/// Local.
+inline void normalize_shard(TensorRecord& r) {
+  if (r.shard.logical_shape.empty() && r.local.defined() && r.local.dim() > 0) {
+    r.shard.logical_shape = r.local.sizes().vec();
+    r.shard.split_dim = -1;
+  }
+}
+
+struct CheckpointManager::Impl {
+  detail::JobContext ctx;
+  comm::GroupCommunicators comms;
+  MPI_Comm grid_world = MPI_COMM_NULL;
+  MPI_Comm grid_tp = MPI_COMM_NULL;
+  MPI_Comm world = MPI_COMM_NULL;  // duplicates, made by the first collective call
+  MPI_Comm tp = MPI_COMM_NULL;
+  bool threaded = false;
+
+  std::thread worker;
+  bool pending = false;
+  detail::JobResult result;  // written by the worker, read after join()
+  std::string digest_buffer;
+  std::map<std::string, torch::Tensor> copies;  // reused by content.copy saves
+  std::vector<std::string> protect;
+  int sequence = 0;
+
+  double last_save_seconds = 0;
+  double last_blocking_seconds = 0;
+  std::int64_t last_bytes = 0;
+  std::string last_path;
+
+  /// Duplicates the world and tp communicators on first use. Collective over the world.
+  void ensure_comms();
+  /// Joins the running save and makes its outcome known on every rank (world rank 0 knows it:
+  /// the other writers reported to it); throws its error. Collective over the world.
+  void finish_pending();
+  /// Copies `records` into the reused buffers (content.copy) and points them there. Local.
+  void copy_tensors(std::vector<TensorRecord>& records);
+};
+
+}  // namespace hpctrain::checkpoint

@@ -1,0 +1,194 @@
+#include "hpctrain/checkpoint/manifest.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cctype>
+#include <cstdio>
+#include <memory>
+
+#include "file_io.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::checkpoint {
+namespace {
+
+constexpr std::size_t kDigestBuffer = 8 << 20;
+constexpr const char* kSealKey = "manifest_xxh3";
+
+std::string hex64(std::uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+// Invalid UTF-8 in a trainer-state string must not make a save fail: it is replaced, the same
+// way when sealing and when checking.
+std::string compact(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+bool is_file_part(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+void require(bool ok, const std::string& what, const std::string& problem) {
+  if (!ok) {
+    throw CheckpointError(str(what, ": ", problem,
+                              ": the manifest is damaged or not an hpctrain checkpoint manifest; "
+                              "resume from another checkpoint"));
+  }
+}
+
+bool is_int(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j.at(key).is_number_integer();
+}
+
+}  // namespace
+
+std::string step_dir_name(std::int64_t step) {
+  char name[40];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::optional<std::int64_t> parse_step_dir_name(const std::string& name) {
+  constexpr std::size_t kPrefix = 5;  // "step_"
+  if (name.size() < kPrefix + 8 || name.size() > kPrefix + 18 || name.compare(0, kPrefix, "step_"))
+    return std::nullopt;
+  std::int64_t step = 0;
+  for (std::size_t i = kPrefix; i < name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(name[i]))) return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  // Exactly the spelling step_dir_name produces: no extra leading zeros beyond 8 digits.
+  if (step_dir_name(step) != name) return std::nullopt;
+  return step;
+}
+
+std::string checkpoints_dir(const std::string& run_dir) {
+  return run_dir + "/checkpoints";
+}
+
+TensorLocation tensor_location(const std::string& record_name) {
+  const std::size_t slash = record_name.find('/');
+  auto bad = [&](const std::string& why) {
+    return CheckpointError(str("tensor record '", record_name, "': ", why,
+                               ": name records <file>/<path>, e.g. model/fc1.weight or "
+                               "optimizer/exp_avg/fc1.weight (docs/CHECKPOINTS.md)"));
+  };
+  if (slash == std::string::npos) throw bad("no '/' between the file and the dataset path");
+  const std::string file = record_name.substr(0, slash);
+  if (!is_file_part(file)) throw bad("the file part must be letters, digits and '_'");
+  if (file == "rng") throw bad("the file 'rng' is reserved for RNG states");
+  const std::string path = record_name.substr(slash + 1);
+  std::size_t begin = 0;
+  while (begin <= path.size()) {
+    std::size_t end = path.find('/', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(begin, end - begin);
+    if (part.empty() || part == "." || part == "..") {
+      throw bad("empty, '.' or '..' path component");
+    }
+    begin = end + 1;
+  }
+  return {file + ".h5", "/" + path};
+}
+
+std::string xxh3_hex(const std::string& text) {
+  return hex64(XXH3_64bits(text.data(), text.size()));
+}
+
+FileDigest digest_file(const std::string& path, std::string& buffer) {
+  if (buffer.size() < kDigestBuffer) buffer.resize(kDigestBuffer);
+  io::Fd fd = io::open_file(path, O_RDONLY);
+  ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  FileDigest digest;
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError(str("reading '", path, "' failed: ", io::errno_text(errno)));
+    }
+    if (n == 0) break;
+    XXH3_64bits_update(state.get(), buffer.data(), static_cast<std::size_t>(n));
+    digest.bytes += static_cast<std::uint64_t>(n);
+  }
+  digest.xxh3 = hex64(XXH3_64bits_digest(state.get()));
+  return digest;
+}
+
+std::string seal_manifest(nlohmann::json manifest) {
+  manifest.erase(kSealKey);
+  manifest[kSealKey] = xxh3_hex(compact(manifest));
+  return manifest.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+nlohmann::json parse_manifest(const std::string& text, const std::string& what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  require(!j.is_discarded() && j.is_object(), what, "not valid JSON");
+  require(j.value("format", std::string()) == kFormatName, what,
+          str("\"format\" should be \"", kFormatName, "\""));
+  require(is_int(j, "format_version"), what, "\"format_version\" missing");
+  const auto version = j.at("format_version").get<std::int64_t>();
+  if (version > kFormatVersion || version < 1) {
+    throw CheckpointError(str(what, ": format_version ", version, " but this hpctrain reads 1..",
+                              kFormatVersion, ": load it with the hpctrain version that wrote it (",
+                              j.value("hpctrain_version", std::string("unknown")), ")"));
+  }
+  require(j.contains(kSealKey) && j.at(kSealKey).is_string(), what, "\"manifest_xxh3\" missing");
+  const std::string sealed = j.at(kSealKey).get<std::string>();
+  nlohmann::json body = j;
+  body.erase(kSealKey);
+  const std::string actual = xxh3_hex(compact(body));
+  if (actual != sealed) {
+    throw CheckpointError(str(what, ": checksum mismatch (manifest_xxh3 says ", sealed,
+                              ", the content hashes to ", actual,
+                              "): the manifest was modified or damaged after it was written; "
+                              "resume from another checkpoint"));
+  }
+  for (const char* key : {"step", "epoch", "consumed_samples", "world_size"}) {
+    require(is_int(j, key), what, str("\"", key, "\" missing or not an integer"));
+  }
+  require(j.contains("grid") && is_int(j.at("grid"), "dp") && is_int(j.at("grid"), "tp"), what,
+          "\"grid\" should be {\"dp\": int, \"tp\": int}");
+  require(j.contains("files") && j.at("files").is_object(), what, "\"files\" missing");
+  for (const auto& [name, file] : j.at("files").items()) {
+    require(file.is_object() && file.contains("bytes") && file.at("bytes").is_number_unsigned() &&
+                file.contains("xxh3") && file.at("xxh3").is_string(),
+            what, str("files entry '", name, "' should hold bytes and xxh3"));
+  }
+  require(j.contains("tensors") && j.at("tensors").is_object(), what, "\"tensors\" missing");
+  for (const auto& [name, t] : j.at("tensors").items()) {
+    require(
+        t.is_object() && t.contains("file") && t.at("file").is_string() && t.contains("dataset") &&
+            t.at("dataset").is_string() && t.contains("dtype") && t.at("dtype").is_string() &&
+            t.contains("shape") && t.at("shape").is_array() && is_int(t, "split_dim"),
+        what, str("tensors entry '", name, "' should hold file, dataset, dtype, shape, split_dim"));
+    require(j.at("files").contains(t.at("file").get<std::string>()), what,
+            str("tensor '", name, "' is in file '", t.at("file").get<std::string>(),
+                "', which \"files\" does not list"));
+  }
+  return j;
+}
+
+nlohmann::json read_manifest(const std::string& dir) {
+  const std::string path = dir + "/" + kManifestFile;
+  if (::access(path.c_str(), F_OK) != 0) {
+    throw CheckpointError(str("missing ", kManifestFile, " in '", dir,
+                              "': not a complete checkpoint (a save that never committed writes "
+                              "its manifest last); resume from another checkpoint"));
+  }
+  return parse_manifest(io::read_file(path), path);
+}
+
+}  // namespace hpctrain::checkpoint

@@ -1,0 +1,371 @@
+#include "save_job.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "file_io.hpp"
+#include "h5_store.hpp"
+#include "hpctrain/build_config.hpp"
+#include "hpctrain/checkpoint/manifest.hpp"
+#include "hpctrain/checkpoint/retention.hpp"
+#include "hpctrain/checkpoint/verify.hpp"
+#include "hpctrain/compat/torch_compat.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "mpi_text.hpp"
+#include "slab_io.hpp"
+
+namespace hpctrain::checkpoint::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Layout =
+    std::map<std::string, std::map<std::string, std::uint64_t>>;  // file -> path -> offset
+
+constexpr int kTagLayout = 71;
+constexpr int kTagDone = 72;
+
+std::string utc_now() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buffer;
+}
+
+std::string error_text(const std::exception& e) {
+  return e.what();
+}
+
+// Names a file that a writer other than world rank 0 failed on, for rank 0's report.
+std::string writer_error(int tp_rank, const std::string& error) {
+  return str("tp rank ", tp_rank, " (world rank ", tp_rank, "): ", error);
+}
+
+// Removes what crashed or failed saves left: step_<N>.tmp-* directories (and the -old/-del
+// ones), latest.tmp-* files. Never the directory of the save in progress.
+void remove_stale(const std::string& root, const std::string& current_unique) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find(kTempMarker) == std::string::npos) continue;
+    if (name.find(current_unique) != std::string::npos) continue;
+    const std::string error = io::remove_tree(entry.path().string());
+    if (error.empty()) {
+      log::debug(str("checkpoint: removed ", entry.path().string(), " left by an unfinished save"));
+    } else {
+      log::warn(str("checkpoint: ", error, " (left by an unfinished save)"));
+    }
+  }
+}
+
+// The datasets world rank 0 creates, file by file, from its own records (every tp rank holds
+// the same names and logical shapes: save() checked).
+std::map<std::string, std::vector<h5::DatasetSpec>> dataset_specs(const SaveContent& content) {
+  std::map<std::string, std::vector<h5::DatasetSpec>> specs;
+  for (const TensorRecord& r : content.tensors) {
+    const TensorLocation loc = tensor_location(r.name);
+    specs[loc.file].push_back(
+        {loc.dataset, h5::dtype_name(r.local.scalar_type(), r.name), r.shard.logical_shape});
+  }
+  return specs;
+}
+
+// Writes this rank's slab of every record into the files at the offsets world rank 0 created,
+// then fsyncs them. Replicated records are written by tp rank 0 alone.
+void write_slabs(const JobContext& ctx, const SaveJob& job, const Layout& layout) {
+  fail_point("write", ctx.world_rank);
+  std::map<std::string, io::Fd> files;
+  for (const TensorRecord& r : job.content.tensors) {
+    if (r.shard.split_dim < 0 && ctx.tp_rank != 0) continue;
+    if (r.local.numel() == 0) continue;
+    const TensorLocation loc = tensor_location(r.name);
+    const int d = r.shard.split_dim;
+    const slab::Geometry g = slab::geometry(r.shard.logical_shape, d, d >= 0 ? r.local.size(d) : 0,
+                                            ctx.tp_rank, r.local.element_size());
+    if (g.empty()) continue;
+    const auto file_it = layout.find(loc.file);
+    const auto it = file_it == layout.end() ? std::map<std::string, std::uint64_t>::const_iterator()
+                                            : file_it->second.find(loc.dataset);
+    if (file_it == layout.end() || it == file_it->second.end()) {
+      throw CheckpointError(str("tensor '", r.name, "': world rank 0 did not create dataset ",
+                                loc.dataset, " in ", loc.file,
+                                " (tensor-parallel ranks saved different records)"));
+    }
+    const std::string path = job.tmp_dir + "/" + loc.file;
+    auto fd = files.find(loc.file);
+    if (fd == files.end()) fd = files.emplace(loc.file, io::open_file(path, O_WRONLY)).first;
+    slab::write_slab(fd->second.get(), path, it->second, r.local, g);
+  }
+  for (auto& [file, fd] : files) io::sync_fd(fd.get(), job.tmp_dir + "/" + file);
+}
+
+nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
+                           const std::map<std::string, FileDigest>& digests) {
+  const SaveContent& c = job.content;
+  nlohmann::json m;
+  m["format"] = kFormatName;
+  m["format_version"] = kFormatVersion;
+  m["step"] = c.step;
+  m["epoch"] = c.epoch;
+  m["consumed_samples"] = c.consumed_samples;
+  m["metric"] = c.metric && std::isfinite(*c.metric) ? nlohmann::json(*c.metric) : nlohmann::json();
+  m["metric_name"] = ctx.options.metric_name;
+  m["higher_is_better"] = ctx.options.higher_is_better;
+  m["created_at"] = utc_now();
+  m["world_size"] = ctx.world_size;
+  m["grid"] = {{"dp", ctx.dp_size}, {"tp", ctx.tp_size}};
+  m["config_xxh3"] = xxh3_hex(c.config_text);
+  m["hpctrain_version"] = HPCTRAIN_VERSION;
+  m["torch_version"] = compat::torch_version();
+  m["hdf5_version"] = h5::library_version();
+  m["trainer_state"] = c.trainer_state.is_null() ? nlohmann::json::object() : c.trainer_state;
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [name, d] : digests) files[name] = {{"bytes", d.bytes}, {"xxh3", d.xxh3}};
+  m["files"] = files;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const TensorRecord& r : c.tensors) {
+    const TensorLocation loc = tensor_location(r.name);
+    tensors[r.name] = {{"file", loc.file},
+                       {"dataset", loc.dataset},
+                       {"dtype", h5::dtype_name(r.local.scalar_type(), r.name)},
+                       {"shape", r.shard.logical_shape},
+                       {"split_dim", r.shard.split_dim},
+                       {"saved_tp", ctx.tp_size}};
+  }
+  m["tensors"] = tensors;
+  if (job.rng_bytes > 0) {
+    m["rng"] = {{"file", "rng.h5"},
+                {"dataset", "/cpu"},
+                {"ranks", ctx.world_size},
+                {"bytes", job.rng_bytes},
+                {"generator", "torch CPU"}};
+  } else {
+    m["rng"] = nullptr;
+  }
+  return m;
+}
+
+// Renames the finished temporary directory to its final name. A checkpoint already there (a
+// re-save of the same step after a resume) is swapped out atomically where the filesystem can
+// (RENAME_EXCHANGE); elsewhere it is renamed away first, which leaves a short window without
+// step_<N> (a loader then falls back to the previous checkpoint).
+void install(const SaveJob& job) {
+  struct stat st {};
+  if (::stat(job.final_dir.c_str(), &st) != 0) {
+    io::rename_path(job.tmp_dir, job.final_dir);
+    return;
+  }
+  log::info(str("checkpoint: replacing existing ", job.final_dir));
+  if (io::exchange_paths(job.tmp_dir, job.final_dir)) {
+    io::sync_path(io::parent_dir(job.final_dir));
+    io::remove_tree(job.tmp_dir);  // now holds the old one; a leftover is removed as stale
+    return;
+  }
+  const std::string old = job.final_dir + kTempMarker + job.unique + "-old";
+  io::rename_path(job.final_dir, old);
+  io::rename_path(job.tmp_dir, job.final_dir);
+  io::sync_path(io::parent_dir(job.final_dir));
+  io::remove_tree(old);
+}
+
+std::string canonical(const std::string& path) {
+  std::error_code ec;
+  auto p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+void apply_retention(const JobContext& ctx, const SaveJob& job) {
+  std::vector<RetentionCandidate> candidates;
+  for (const std::string& path : list_checkpoints(ctx.run_dir)) {
+    RetentionCandidate c;
+    c.path = canonical(path);
+    c.step = parse_step_dir_name(std::filesystem::path(path).filename().string()).value_or(0);
+    try {
+      const nlohmann::json m = read_manifest(path);
+      if (m.contains("metric") && m.at("metric").is_number())
+        c.metric = m.at("metric").get<double>();
+    } catch (const CheckpointError&) {
+      // An unreadable manifest has no metric; retention still counts it by step.
+    }
+    candidates.push_back(std::move(c));
+  }
+  std::vector<std::string> protect{canonical(job.final_dir)};
+  for (const std::string& p : job.protect) protect.push_back(canonical(p));
+  RetentionPolicy policy{ctx.options.keep, ctx.options.keep_best, ctx.options.higher_is_better};
+  for (const RetentionCandidate& doomed : select_for_deletion(candidates, policy, protect)) {
+    // Renamed away first (atomic), so a crash mid-delete never leaves a half step_<N>.
+    const std::string trash = doomed.path + kTempMarker + job.unique + "-del";
+    try {
+      io::rename_path(doomed.path, trash);
+      crash_point("during-retention");
+      const std::string error = io::remove_tree(trash);
+      if (!error.empty()) log::warn(str("checkpoint retention: ", error));
+      log::debug(str("checkpoint retention: removed ", doomed.path));
+    } catch (const CheckpointError& e) {
+      log::warn(str("checkpoint retention: ", e.what()));
+    }
+  }
+}
+
+// World rank 0 after every writer reported success: small files, checksums, manifest, commit.
+JobResult commit(const JobContext& ctx, SaveJob& job, const std::vector<std::string>& data_files,
+                 std::string& digest_buffer) {
+  JobResult result;
+  fail_point("commit", ctx.world_rank);
+  std::vector<std::string> files = data_files;
+  if (job.rng_bytes > 0) {
+    const std::string path = job.tmp_dir + "/rng.h5";
+    h5::write_rng_file(path, job.rng_states, ctx.world_size, job.rng_bytes, job.content.step);
+    io::sync_path(path);
+    files.push_back("rng.h5");
+  }
+  if (!job.content.config_text.empty()) {
+    io::write_file_synced(job.tmp_dir + "/config.yaml", job.content.config_text);
+    files.push_back("config.yaml");
+  }
+  std::map<std::string, FileDigest> digests;
+  for (const std::string& f : files) {
+    digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
+    result.bytes += static_cast<std::int64_t>(digests[f].bytes);
+  }
+  crash_point("after-data");
+  const std::string manifest = seal_manifest(manifest_of(ctx, job, digests));
+  io::write_file_synced(job.tmp_dir + "/" + kManifestFile, manifest);
+  io::sync_path(job.tmp_dir);
+  result.bytes += static_cast<std::int64_t>(manifest.size());
+  crash_point("after-manifest");
+  install(job);
+  const std::string root = checkpoints_dir(ctx.run_dir);
+  io::sync_path(root);
+  crash_point("after-rename");
+  io::replace_file(root + "/" + kLatestFile,
+                   std::filesystem::path(job.final_dir).filename().string() + "\n",
+                   kTempMarker + job.unique);
+  crash_point("after-latest");
+  apply_retention(ctx, job);
+  result.path = job.final_dir;
+  return result;
+}
+
+JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buffer) {
+  JobResult result;
+  std::string error;
+  Layout layout;
+  std::vector<std::string> data_files;
+  try {
+    remove_stale(checkpoints_dir(ctx.run_dir), job.unique);
+    for (const auto& [file, specs] : dataset_specs(job.content)) {
+      layout[file] = h5::create_tensor_file(job.tmp_dir + "/" + file, specs, job.content.step);
+      data_files.push_back(file);
+    }
+    crash_point("after-create");
+  } catch (const std::exception& e) {
+    error = error_text(e);
+  }
+  if (ctx.tp_size > 1) {
+    const std::string message = nlohmann::json{{"error", error}, {"layout", layout}}.dump();
+    for (int r = 1; r < ctx.tp_size; ++r) mpi::send_text(ctx.tp_comm, r, kTagLayout, message);
+  }
+  if (error.empty()) {
+    try {
+      write_slabs(ctx, job, layout);
+    } catch (const std::exception& e) {
+      error = error_text(e);
+    }
+  }
+  for (int r = 1; r < ctx.tp_size; ++r) {
+    const std::string done = mpi::recv_text(ctx.tp_comm, r, kTagDone);
+    if (!done.empty() && error.empty()) error = writer_error(r, done);
+  }
+  if (error.empty()) {
+    try {
+      result = commit(ctx, job, data_files, digest_buffer);
+    } catch (const std::exception& e) {
+      error = error_text(e);
+    }
+  }
+  if (!error.empty()) {
+    // Nothing half-written keeps a name a loader would take: the temporary directory goes.
+    io::remove_tree(job.tmp_dir);
+    result = JobResult{};
+    result.error = str("saving checkpoint step ", job.content.step, " failed: ", error,
+                       "; the previous checkpoint is intact");
+  }
+  return result;
+}
+
+JobResult run_writer(const JobContext& ctx, SaveJob& job) {
+  JobResult result;
+  const nlohmann::json message =
+      nlohmann::json::parse(mpi::recv_text(ctx.tp_comm, 0, kTagLayout), nullptr, false);
+  std::string error;
+  if (message.is_discarded()) {
+    error = "could not parse the layout message from world rank 0 (internal error)";
+  } else if (message.value("error", std::string()).empty()) {
+    try {
+      write_slabs(ctx, job, message.at("layout").get<Layout>());
+    } catch (const std::exception& e) {
+      error = error_text(e);
+    }
+  }
+  mpi::send_text(ctx.tp_comm, 0, kTagDone, error);
+  result.error = error;
+  return result;
+}
+
+}  // namespace
+
+JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_buffer) {
+  JobResult result;
+  if (ctx.dp_rank == 0) {
+    result = ctx.tp_rank == 0 ? run_rank0(ctx, job, digest_buffer) : run_writer(ctx, job);
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
+  if (ctx.world_rank == 0 && result.error.empty()) {
+    log::info(str("checkpoint ", std::filesystem::path(result.path).filename().string(),
+                  " saved: ", format_bytes(static_cast<double>(result.bytes)), " in ",
+                  format_seconds(result.seconds), " (",
+                  format_bytes(static_cast<double>(result.bytes) / std::max(result.seconds, 1e-9)),
+                  "/s)"));
+  }
+  return result;
+}
+
+void crash_point(const char* phase) {
+  static const std::pair<std::string, int> target = [] {
+    const char* env = std::getenv("HPCTRAIN_TEST_CHECKPOINT_CRASH");
+    std::string spec = env ? env : "";
+    int nth = 1;
+    if (const auto colon = spec.find(':'); colon != std::string::npos) {
+      nth = std::max(1, std::atoi(spec.c_str() + colon + 1));
+      spec.resize(colon);
+    }
+    return std::make_pair(spec, nth);
+  }();
+  static std::mutex mutex;
+  static int seen = 0;
+  if (target.first.empty() || target.first != phase) return;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (++seen == target.second) ::kill(::getpid(), SIGKILL);
+}
+
+void fail_point(const char* phase, int world_rank) {
+  const char* env = std::getenv("HPCTRAIN_TEST_CHECKPOINT_FAIL");
+  if (env && str(phase, "@", world_rank) == env) {
+    throw CheckpointError(str("injected failure at ", phase, " on world rank ", world_rank,
+                              " (HPCTRAIN_TEST_CHECKPOINT_FAIL)"));
+  }
+}
+
+}  // namespace hpctrain::checkpoint::detail

@@ -1,0 +1,70 @@
+#pragma once
+// Private: the part of a save that runs after save() returns (on the background thread, or
+// inline when writing synchronously): creating the files, writing every writer's slabs,
+// checksumming, writing the manifest, committing with renames and fsyncs, the `latest` pointer,
+// retention and the removal of stale temporary directories. docs/CHECKPOINTS.md describes the
+// protocol step by step.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hpctrain/checkpoint/checkpoint_manager.hpp"
+
+namespace hpctrain::checkpoint::detail {
+
+/// This rank's place in the grid and what the manager was configured with.
+struct JobContext {
+  std::string run_dir;
+  int world_rank = 0;
+  int world_size = 1;
+  int dp_size = 1;
+  int tp_size = 1;
+  int dp_rank = 0;
+  int tp_rank = 0;
+  MPI_Comm tp_comm = MPI_COMM_NULL;  ///< the manager's duplicate of the tp communicator
+  ManagerOptions options;
+};
+
+/// One save, as handed over by save().
+struct SaveJob {
+  SaveContent content;  ///< tensors contiguous, on the CPU (writers only)
+  std::string unique;   ///< agreed across ranks; names the temporary directory
+  std::string tmp_dir;
+  std::string final_dir;
+  std::vector<std::uint8_t> rng_states;  ///< world rank 0: world_size rows of rng_bytes
+  std::int64_t rng_bytes = 0;
+  std::vector<std::string> protect;  ///< checkpoints retention must keep (loaded ones)
+  std::chrono::steady_clock::time_point started;
+};
+
+/// What a save job ended with on this rank (world rank 0 knows the whole outcome).
+struct JobResult {
+  std::string error;  ///< empty on success
+  double seconds = 0;
+  std::int64_t bytes = 0;
+  std::string path;
+};
+
+/// Runs this rank's part of `job`: nothing on ranks with dp_rank > 0; writing its slabs on the
+/// other tp ranks of dp group 0 (after world rank 0 created the files); on world rank 0 also
+/// the commit. Never throws: errors end up in the result (and, for writers other than world rank
+/// 0, in the message they send to it). Local except for point-to-point messages on ctx.tp_comm
+/// between the writers.
+JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_buffer);
+
+/// Test hook: when HPCTRAIN_TEST_CHECKPOINT_CRASH is "<phase>" or "<phase>:<n>", the process
+/// kills itself with SIGKILL the n-th time (default 1st) world rank 0 reaches `phase`
+/// (after-create, after-data, after-manifest, after-rename, after-latest, during-retention).
+/// Local.
+void crash_point(const char* phase);
+
+/// Test hook: when HPCTRAIN_TEST_CHECKPOINT_FAIL is "<phase>@<world_rank>" (read at each call),
+/// throws CheckpointError("injected failure ...") on that rank at `phase` ("write": before a
+/// writer writes its slabs; "commit": before world rank 0 commits). Local.
+void fail_point(const char* phase, int world_rank);
+
+}  // namespace hpctrain::checkpoint::detail
