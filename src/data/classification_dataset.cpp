@@ -1,6 +1,6 @@
 // Classification files: /inputs (N x ..., uint8 with a scale, or float32) and /labels (N, int64).
-// Reads gather a request's rows with one hyperslab union (neighbours coalesced) into a reused
-// buffer, then scale them into float32 in the requested order.
+// Reads gather a request's rows run by run (neighbours coalesced, one single-block hyperslab each)
+// into a reused buffer, then scale them into float32 in the requested order.
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +14,6 @@
 namespace hpctrain::data::detail {
 namespace {
 
-// Labels are kept in memory up to this many (64 MiB): targets then cost no HDF5 call.
-constexpr std::int64_t kMaxLabelsInMemory = std::int64_t{1} << 23;
 constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
 
 class ClassificationDataset final : public Dataset {
@@ -223,7 +221,8 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
 
   // One pass over the labels: range check, and a copy to keep when it is small.
   std::vector<std::int64_t> all_labels;
-  const bool keep = n <= kMaxLabelsInMemory;
+  // Labels kept in memory cost no HDF5 call per batch.
+  const bool keep = n <= options.max_labels_in_memory;
   if (keep) all_labels.resize(static_cast<std::size_t>(n));
   std::vector<std::int64_t> block(static_cast<std::size_t>(std::min(n, kScanBlock)));
   h5::Handle label_space(HPCTRAIN_H5(H5Dget_space(labels.get()), where_labels), H5Sclose);

@@ -1,6 +1,6 @@
 #pragma once
 // Private to the data layer: what the classification and token readers share (file naming in
-// messages, request sorting and coalescing, chunk cache set-up, hyperslab unions).
+// messages, request sorting and coalescing, chunk cache set-up, run-by-run hyperslab reads).
 
 #include <cstdint>
 #include <memory>

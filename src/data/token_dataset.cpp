@@ -1,7 +1,7 @@
 // Language-modelling files: /tokens, a 1-D int32 or uint16 token stream with a vocab_size
 // attribute. Sample i is the window tokens[i*L, i*L + L + 1) (L = seq_len): inputs are its first
 // L tokens, targets its last L. Consecutive samples share one token, so a run of consecutive
-// samples is one token range and a request is one hyperslab union.
+// samples is one token range, read with one single-block hyperslab.
 
 #include <algorithm>
 #include <cmath>

@@ -38,6 +38,9 @@ struct DatasetInfo {
   std::vector<std::int64_t> chunk_shape;
   /// Bytes of chunk cache the reader gave /inputs or /tokens (0 for contiguous datasets).
   std::uint64_t chunk_cache_bytes = 0;
+  /// Labels of files with at most this many samples are read once at open and kept in memory
+  /// (8 bytes each); larger files read labels with each batch.
+  std::int64_t max_labels_in_memory = std::int64_t{1} << 23;
 };
 
 /// What the run expects of a file; checked on open so a mismatch is a DataError before training.
@@ -56,6 +59,9 @@ struct ReadOptions {
   /// 256 MiB (so a dataset like Fashion-MNIST is read from disk once per run), never less than
   /// one chunk.
   std::uint64_t chunk_cache_bytes = 0;
+  /// Labels of files with at most this many samples are read once at open and kept in memory
+  /// (8 bytes each); larger files read labels with each batch.
+  std::int64_t max_labels_in_memory = std::int64_t{1} << 23;
 };
 
 /// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification,

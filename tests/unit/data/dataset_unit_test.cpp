@@ -68,6 +68,14 @@ TEST(Dataset, ClassificationRoundTripInAnyOrderWithDuplicates) {
   EXPECT_TRUE(torch::equal(range.inputs, scaled(images.slice(0, 10, 20), 1.0 / 255.0)));
   EXPECT_TRUE(torch::equal(range.targets, labels.slice(0, 10, 20)));
   EXPECT_EQ(dataset->read({}).size(), 0);
+
+  // The same reads with labels read from the file batch by batch (files beyond 8 Mi samples).
+  ReadOptions from_file;
+  from_file.max_labels_in_memory = 0;
+  auto streamed = Dataset::open(path, {}, from_file);
+  Batch again = streamed->read(indices);
+  EXPECT_TRUE(torch::equal(again.inputs, batch.inputs));
+  EXPECT_TRUE(torch::equal(again.targets, batch.targets));
 }
 
 TEST(Dataset, Float32InputsAndChunkCacheOption) {
