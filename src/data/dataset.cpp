@@ -2,8 +2,11 @@
 // the helpers both readers share.
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 
@@ -232,6 +235,10 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
   if (S_ISDIR(st.st_mode)) {
     throw DataError(str(label, " is a directory, expected an HDF5 file such as ", path,
                         "/train.h5: ", fix_path));
+  }
+  if (::access(path.c_str(), R_OK) != 0) {
+    throw DataError(str(label, " cannot be read (", std::strerror(errno),
+                        "): check its permissions for the user the job runs as"));
   }
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {
