@@ -1,0 +1,280 @@
+// The arithmetic of hpctrain plan: published figures (GPT-3's 3.15e23 training FLOPs), the
+// transformer and MLP FLOP counts against the models the trainer builds, the trainer's step and
+// evaluation counts, checkpoint sizes, the Young/Daly interval, and calibration from a ledger.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/train/compute_plan.hpp"
+
+namespace hpctrain::train {
+namespace {
+
+// A transformer given by size arguments as `hpctrain plan --params N --tokens D` sets it up: a
+// sample is a token, forward 2 N FLOPs.
+PlanInputs transformer_inputs(double params, double tokens) {
+  PlanInputs in;
+  in.model_name = "transformer";
+  in.task = "language_model";
+  in.parameters = params;
+  in.non_embedding_parameters = params;
+  in.forward_flops_per_sample = 2.0 * params;
+  in.samples_per_epoch = tokens;
+  in.train_samples = tokens;
+  return in;
+}
+
+TEST(PlanFlops, Gpt3TrainingFlopsAre6ND) {
+  // Brown et al. 2020: 175e9 parameters, 300e9 training tokens: 6 x 175e9 x 300e9 = 3.15e23.
+  EXPECT_DOUBLE_EQ(transformer_training_flops(175e9, 300e9), 3.15e23);
+  const ComputePlan plan = make_plan(transformer_inputs(175e9, 300e9));
+  EXPECT_DOUBLE_EQ(plan.train_flops, 3.15e23);
+  EXPECT_DOUBLE_EQ(plan.train_tokens, 300e9);
+  EXPECT_FALSE(plan.timed);  // no peak, no calibration: no times, and a note says why
+  ASSERT_FALSE(plan.notes.empty());
+  EXPECT_NE(plan.notes[0].find("--peak-flops"), std::string::npos);
+  auto j = plan_to_json(plan);
+  EXPECT_DOUBLE_EQ(j["flops"]["train"].get<double>(), 3.15e23);
+  EXPECT_TRUE(j["time"]["train_wall_s"].is_null());
+}
+
+TEST(PlanFlops, EvaluationIs2NDPerPass) {
+  EXPECT_DOUBLE_EQ(transformer_eval_flops(175e9, 1e9), 3.5e20);
+  PlanInputs in = transformer_inputs(1e9, 20e9);
+  in.eval_samples_per_pass = 5e6;  // tokens
+  in.eval_passes = 4;
+  const ComputePlan plan = make_plan(in);
+  EXPECT_DOUBLE_EQ(plan.eval_flops_per_pass, 2 * 1e9 * 5e6);
+  EXPECT_DOUBLE_EQ(plan.eval_flops, 4 * 2 * 1e9 * 5e6);
+  // Per token, training costs 3 evaluations.
+  EXPECT_DOUBLE_EQ(plan.train_flops / 20e9, 3 * plan.eval_flops_per_pass / 5e6);
+}
+
+TEST(PlanFlops, WallTimeAndDeviceHoursAtPeakTimesUtilization) {
+  PlanInputs in = transformer_inputs(175e9, 300e9);
+  in.devices = 1024;
+  in.peak_flops_per_device = parse_peak_flops("a100-sxm-bf16", "--peak-flops");
+  in.utilization = 0.5;
+  in.eval_samples_per_pass = 1e9;
+  in.eval_passes = 2;
+  const ComputePlan plan = make_plan(in);
+  ASSERT_TRUE(plan.timed);
+  EXPECT_EQ(plan.rate_source, "peak x utilization");
+  const double wall = 3.15e23 / (1024 * 312e12 * 0.5);
+  EXPECT_NEAR(plan.train_wall_s, wall, 1e-9 * wall);
+  EXPECT_NEAR(plan.train_device_hours, wall * 1024 / 3600, 1e-9 * wall);
+  const double eval_pass = 2 * 175e9 * 1e9 / (1024 * 312e12 * 0.5);
+  EXPECT_NEAR(plan.eval_wall_per_pass_s, eval_pass, 1e-9 * eval_pass);
+  EXPECT_NEAR(plan.total_wall_s, wall + 2 * eval_pass, 1e-9 * wall);
+  EXPECT_DOUBLE_EQ(plan.overhead_s, 0);
+}
+
+TEST(PlanFlops, TransformerCountMatchesTheBuiltGpt) {
+  for (const char* yaml :
+       {"model: {name: gpt, vocab_size: 256, seq_len: 16, layers: 2, heads: 4, width: 32}",
+        "model: {name: gpt, vocab_size: 300, seq_len: 24, layers: 3, heads: 2, width: 16, "
+        "mlp_ratio: 2, tied_embeddings: false}"}) {
+    Config config = Config::parse(yaml, "<test>");
+    auto section = config.section("model");
+    const model::GptOptions g = model::read_gpt_options(section, 1);
+    model::ModelContext ctx;
+    auto built = model::build_model(section, ctx);
+    const TransformerShape shape{g.layers,     g.width,     g.seq_len,
+                                 g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    const double n = transformer_non_embedding_parameters(shape);
+    EXPECT_DOUBLE_EQ(n + transformer_embedding_parameters(shape),
+                     static_cast<double>(built->logical_parameter_count()))
+        << yaml;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.seq_len) *
+                         transformer_forward_flops_per_token(n, g.layers, g.seq_len, g.width),
+                     built->forward_flops_per_sample())
+        << yaml;
+  }
+}
+
+TEST(PlanFlops, MlpMatchesAHandCount) {
+  Config config = Config::parse(
+      "model: {name: mlp, in_features: 784, hidden: [256, 128, 100], num_classes: 10}", "<test>");
+  auto section = config.section("model");
+  model::ModelContext ctx;
+  auto mlp = model::build_model(section, ctx);
+  // Multiply-adds (2 FLOPs each) of 784-256-128-100-10 plus one add per bias.
+  const double weights = 784.0 * 256 + 256.0 * 128 + 128.0 * 100 + 100.0 * 10;
+  const double biases = 256 + 128 + 100 + 10;
+  EXPECT_DOUBLE_EQ(mlp->forward_flops_per_sample(), 2 * weights + biases);  // 495,038
+  EXPECT_EQ(mlp->logical_parameter_count(), static_cast<std::int64_t>(weights + biases));
+
+  PlanInputs in;
+  in.model_name = "mlp";
+  in.parameters = weights + biases;
+  in.forward_flops_per_sample = mlp->forward_flops_per_sample();
+  in.train_samples = 60000;
+  const ComputePlan plan = make_plan(in);
+  EXPECT_DOUBLE_EQ(plan.train_flops, 3 * 60000 * (2 * weights + biases));
+  // Adam: 4 bytes of weight + 8 of state per parameter.
+  EXPECT_DOUBLE_EQ(plan.checkpoint_bytes, 12 * (weights + biases));
+}
+
+TEST(PlanWork, StepsAndEvaluationsAsTheTrainerCountsThem) {
+  EXPECT_EQ(planned_steps(60000, 128, 1, 0), 468);  // the remainder of an epoch is dropped
+  EXPECT_EQ(planned_steps(60000, 128, 2, 0), 936);
+  EXPECT_EQ(planned_steps(60000, 128, 2, 600), 600);
+  EXPECT_EQ(planned_steps(60000, 128, 1, 600), 468);
+  EXPECT_EQ(planned_steps(100, 128, 1, 0), 0);
+  EXPECT_EQ(planned_evaluations(600, 200, true), 3);  // 200, 400, 600 (= the end)
+  EXPECT_EQ(planned_evaluations(650, 200, true), 4);  // ... and 650
+  EXPECT_EQ(planned_evaluations(650, 200, false), 3);
+  EXPECT_EQ(planned_evaluations(650, 0, true), 1);
+  EXPECT_EQ(planned_evaluations(650, 0, false), 0);
+  EXPECT_EQ(planned_evaluations(0, 200, true), 0);
+}
+
+TEST(PlanCheckpoint, SizeFromOptimizerState) {
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_parameter("sgd"), 0);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_parameter("sgd-momentum"), 4);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_parameter("adam"), 8);
+  EXPECT_DOUBLE_EQ(optimizer_state_bytes_per_parameter("adamw"), 8);
+  EXPECT_THROW(optimizer_state_bytes_per_parameter("lamb"), ConfigError);
+
+  PlanInputs in = transformer_inputs(175e9, 300e9);
+  in.checkpoint_bandwidth = 10e9;
+  const ComputePlan adam = make_plan(in);
+  EXPECT_DOUBLE_EQ(adam.checkpoint_bytes, 175e9 * 12);  // 2.1 TB
+  EXPECT_DOUBLE_EQ(adam.checkpoint_write_s, 210);
+  in.optimizer = "sgd";
+  EXPECT_DOUBLE_EQ(make_plan(in).checkpoint_bytes, 175e9 * 4);
+}
+
+TEST(PlanCheckpoint, YoungDalyInterval) {
+  // 60 s to save, a failure every 24 h: sqrt(2 x 60 x 86400) = 3219.9 s.
+  const CheckpointInterval c = young_daly(60, 86400);
+  EXPECT_NEAR(c.interval_s, std::sqrt(2.0 * 60 * 86400), 1e-9);
+  EXPECT_NEAR(c.interval_s, 3219.94, 0.01);
+  // At the optimum, saving and redoing work cost the same, together sqrt(2 save / MTBF).
+  EXPECT_NEAR(c.save_fraction, c.rework_fraction, 1e-12);
+  EXPECT_NEAR(c.waste_fraction, std::sqrt(2.0 * 60 / 86400), 1e-12);
+  // It is the minimum of save/tau + tau/(2 MTBF).
+  auto waste = [](double tau) { return 60 / tau + tau / (2 * 86400.0); };
+  EXPECT_LT(waste(c.interval_s), waste(0.9 * c.interval_s));
+  EXPECT_LT(waste(c.interval_s), waste(1.1 * c.interval_s));
+  EXPECT_THROW(young_daly(0, 86400), ConfigError);
+  EXPECT_THROW(young_daly(60, 0), ConfigError);
+
+  PlanInputs in = transformer_inputs(1e9, 1e12);
+  in.steps = 1000;
+  in.peak_flops_per_device = 1e15;
+  in.devices = 8;
+  in.checkpoint_bandwidth = 1e9;  // 12 GB: 12 s
+  in.mtbf_s = 6 * 3600;
+  const ComputePlan plan = make_plan(in);
+  ASSERT_TRUE(plan.interval.has_value());
+  EXPECT_NEAR(plan.interval->interval_s, std::sqrt(2.0 * 12 * 6 * 3600), 1e-9);
+  EXPECT_NEAR(plan.interval_steps, plan.interval->interval_s / plan.step_s, 1e-9);
+  EXPECT_NEAR(plan.expected_failures, plan.total_wall_s / (6 * 3600), 1e-12);
+}
+
+TEST(PlanDevices, PeakFlopsPresetsAndNumbers) {
+  EXPECT_DOUBLE_EQ(parse_peak_flops("h200-sxm-bf16", "--peak-flops"), 989e12);
+  EXPECT_DOUBLE_EQ(parse_peak_flops("H100-SXM-BF16", "--peak-flops"), 989e12);
+  EXPECT_DOUBLE_EQ(parse_peak_flops("989e12", "--peak-flops"), 989e12);
+  for (const char* bad : {"fast", "", "-1", "0", "1e12x"}) {
+    try {
+      parse_peak_flops(bad, "--peak-flops");
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("h200-sxm-bf16"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(PlanDevices, BadInputsAreConfigErrors) {
+  PlanInputs in = transformer_inputs(1e9, 1e9);
+  in.utilization = 1.5;
+  EXPECT_THROW(make_plan(in), ConfigError);
+  in.utilization = 0.4;
+  in.devices = 0;
+  EXPECT_THROW(make_plan(in), ConfigError);
+  in.devices = 1;
+  in.train_samples = 0;
+  EXPECT_THROW(make_plan(in), ConfigError);
+}
+
+// A ledger as hpctrain train writes it (src/train/ledger.cpp), trimmed to what plan reads.
+nlohmann::json ledger_json() {
+  return nlohmann::json::parse(R"({
+    "model": {"name": "mlp", "task": "classification", "parameters": 247766},
+    "grid": {"world_size": 2, "dp": 2, "tp": 1, "threads_per_rank": 1, "device": "cpu"},
+    "steps": 300, "samples_trained": 38400, "samples_evaluated": 2000,
+    "rank_seconds": {"eval": 0.6, "checkpoint": 0.0, "train_loop": 8.0, "total": 10.0},
+    "wall_seconds": {"train_loop": 4.0, "eval": 0.3, "total": 5.0},
+    "flops": {"forward_per_sample": 495038.0, "train_per_sample": 1485114.0,
+              "eval_per_sample": 495038.0, "train_total": 57028377600.0,
+              "eval_total": 990076000.0},
+    "cost_ratio_train_to_eval": {"flops": 3.0, "measured": 4.9}
+  })");
+}
+
+TEST(PlanCalibration, MeasuredRatesReplaceTheAssumedOnes) {
+  const LedgerCalibration c = read_ledger_calibration(ledger_json(), "run/ledger.json");
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_EQ(c.steps, 300);
+  EXPECT_DOUBLE_EQ(c.train_flops_per_s_per_device, 57028377600.0 / 4.0 / 2);
+  EXPECT_DOUBLE_EQ(c.eval_wall_s, 0.3);  // eval rank-seconds / ranks
+  EXPECT_DOUBLE_EQ(c.eval_flops_per_s_per_device, 990076000.0 / 0.3 / 2);
+  EXPECT_NEAR(c.overhead_s, 5.0 - 4.0 - 0.3, 1e-12);
+
+  // The same model for twice the steps: twice the training time, the same overhead.
+  PlanInputs in;
+  in.model_name = "mlp";
+  in.parameters = 247766;
+  in.forward_flops_per_sample = 495038;
+  in.steps = 600;
+  in.train_samples = 76800;
+  in.eval_samples_per_pass = 2000;
+  in.eval_passes = 1;
+  in.devices = 2;
+  in.peak_flops_per_device = 1e10;
+  in.calibration = c;
+  const ComputePlan plan = make_plan(in);
+  EXPECT_EQ(plan.rate_source, "calibrated");
+  EXPECT_NEAR(plan.train_wall_s, 8.0, 1e-9);
+  EXPECT_NEAR(plan.eval_wall_s, 0.3, 1e-9);
+  EXPECT_NEAR(plan.total_wall_s, 8.0 + 0.3 + 0.7, 1e-9);
+  EXPECT_NEAR(plan.step_s, 8.0 / 600, 1e-12);
+  EXPECT_NEAR(plan.utilization, 57028377600.0 / 4.0 / 2 / 1e10, 1e-12);  // measured MFU
+  EXPECT_TRUE(plan.notes.empty());
+
+  // On 4 devices it assumes perfect scaling, and says so.
+  in.devices = 4;
+  const ComputePlan four = make_plan(in);
+  EXPECT_NEAR(four.train_wall_s, 4.0, 1e-9);
+  ASSERT_EQ(four.notes.size(), 1u);
+  EXPECT_NE(four.notes[0].find("perfect scaling"), std::string::npos);
+}
+
+TEST(PlanCalibration, LedgerProblemsNameTheField) {
+  auto j = ledger_json();
+  j["wall_seconds"].erase("train_loop");
+  try {
+    read_ledger_calibration(j, "run/ledger.json");
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("run/ledger.json: no field 'wall_seconds.train_loop'"),
+              std::string::npos)
+        << e.what();
+  }
+  j = ledger_json();
+  j["steps"] = "many";
+  EXPECT_THROW(read_ledger_calibration(j, "run/ledger.json"), ConfigError);
+  j = ledger_json();
+  j["steps"] = 0;
+  EXPECT_THROW(read_ledger_calibration(j, "run/ledger.json"), ConfigError);
+}
+
+}  // namespace
+}  // namespace hpctrain::train
