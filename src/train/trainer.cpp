@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -26,6 +27,7 @@
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
+#include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
 
 namespace hpctrain::train {
@@ -89,8 +91,18 @@ struct Trainer::Impl {
   std::int64_t samples_evaluated = 0;
   double eval_wall = 0;
   std::string eval_metric;
+  std::unique_ptr<checkpoint::CheckpointManager> ckpt;
+  std::int64_t last_saved_step = -1;
+  Clock::time_point last_save_time = Clock::now();
+  std::optional<double> metric_at_step;  // eval metric of the current step, if evaluated
+  std::int64_t metric_step = -1;
 
   Impl(TrainEnvironment e) : env(std::move(e)) {}
+  void resume(const std::string& resume);
+  template <typename Agree>
+  bool run_eval(std::int64_t step, int& stop_signal, Agree& agree, RunLog& runlog,
+                TrainOutcome& outcome);
+  void save(std::int64_t step, const char* why);
   bool is_rank0() const { return env.runtime.world_rank() == 0; }
 };
 
@@ -174,7 +186,81 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
   m.steps = std::make_unique<StepRunner>(
       StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.optimizer, m.env, cfg, m.device});
-  (void)resume;
+  checkpoint::ManagerOptions options;
+  options.keep = cfg.checkpoint.keep;
+  options.keep_best = cfg.checkpoint.keep_best;
+  options.higher_is_better = eval::EvalResult::higher_is_better(m.eval_metric);
+  options.background = cfg.checkpoint.background;
+  options.metric_name = m.eval_metric;
+  m.ckpt = std::make_unique<checkpoint::CheckpointManager>(cfg.run.dir, grid, m.env.comms, options);
+  m.resume(resume);
+}
+
+void Trainer::Impl::resume(const std::string& resume) {
+  auto path = ckpt->resolve(resume);
+  if (!path) {
+    if (resume == "auto") log::debug("no checkpoint to resume from: starting at step 0");
+    return;
+  }
+  auto records = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
+  checkpoint::Loaded loaded = ckpt->load(*path, records);
+  const auto& ts = loaded.trainer_state;
+  state = TrainerState::from_json(ts);
+  optimizer->set_steps(ts.value("optimizer_steps", state.step - state.skipped_steps));
+  last_saved_step = state.step;
+  const auto& grid = env.grid;
+  if (loaded.same_world && loaded.rng_state.defined()) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(loaded.rng_state);
+  } else {
+    // Dropout draws differ from an uninterrupted run; the sample stream does not (it depends on
+    // the seed and the position only).
+    torch::manual_seed(cfg.run.seed + 1000003ULL * static_cast<std::uint64_t>(state.step) +
+                       static_cast<std::uint64_t>(env.runtime.world_rank()));
+  }
+  log::info(str("resumed from ", loaded.path, " at step ", state.step, " (epoch ",
+                state.sampler.epoch, ", ", state.sampler.consumed_samples, " samples consumed)"));
+  const auto saved_grid = loaded.manifest.value("grid", nlohmann::json::object());
+  if (!loaded.same_grid) {
+    log::info(str("note: the checkpoint was written on a dp=", saved_grid.value("dp", 0),
+                  " x tp=", saved_grid.value("tp", 0), " grid, this run is ", grid.describe(),
+                  ": tensors were resharded, the sample stream continues at sample ",
+                  state.sampler.consumed_samples, " with ", global_batch,
+                  " samples per step, and dropout randomness is reseeded"));
+  }
+  if (state.step >= total_steps) {
+    log::info(str("the checkpoint is at step ", state.step, ", which is not before the last step (",
+                  total_steps, "): nothing left to train"));
+  }
+}
+
+void Trainer::Impl::save(std::int64_t step, const char* why) {
+  const auto start = Clock::now();
+  checkpoint::SaveContent content;
+  content.step = step;
+  content.epoch = state.sampler.epoch;
+  content.consumed_samples = state.sampler.consumed_samples;
+  content.trainer_state = state.to_json();
+  content.trainer_state["optimizer_steps"] = optimizer->steps();
+  content.trainer_state["global_batch"] = global_batch;
+  content.trainer_state["total_steps"] = total_steps;
+  content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
+  content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
+  content.copy = true;  // the manager copies into reused CPU buffers: all we block on
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    content.rng_state = generator.get_state();
+  }
+  content.config_text = config_text;
+  if (metric_step == step) content.metric = metric_at_step;
+  ckpt->save(std::move(content));
+  last_saved_step = step;
+  last_save_time = Clock::now();
+  phases.checkpoint += seconds_since(start);
+  log::debug(str("checkpoint of step ", step, " (", why, ") handed over in ",
+                 format_seconds(ckpt->last_blocking_seconds())));
 }
 
 Trainer::~Trainer() = default;
@@ -191,6 +277,50 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
   return out;
 }
 
+// Evaluates at `step`, records the result, and returns true when early stopping ends the run.
+template <typename Agree>
+bool Trainer::Impl::run_eval(std::int64_t step, int& stop_signal, Agree& agree, RunLog& runlog,
+                             TrainOutcome& outcome) {
+  const auto eval_start = Clock::now();
+  eval::EvalOptions options;
+  options.batch_size = cfg.eval.batch_size;
+  options.bf16 = cfg.run.precision == "bf16";
+  options.max_samples = cfg.eval.max_samples;
+  // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
+  options.stop_check = [&] {
+    auto flags = agree(runtime::stop_signal_received(), false, false);
+    if (flags[0] != 0) stop_signal = flags[0];
+    return flags[0] != 0;
+  };
+  auto result = eval::evaluate(*model, *val_data, *env.comms.dp, options);
+  phases.eval += seconds_since(eval_start);
+  eval_wall += result.seconds;
+  samples_evaluated += result.samples;
+  if (result.interrupted) {
+    runlog.line(
+        str("evaluation at step ", step, " interrupted by ", runtime::signal_name(stop_signal)));
+    return false;
+  }
+  nlohmann::ordered_json j{{"type", "eval"},
+                           {"step", step},
+                           {"epoch", state.sampler.epoch},
+                           {"split", "val"},
+                           {"data", cfg.data.val}};
+  nlohmann::json body = result;
+  for (auto& [key, value] : body.items()) j[key] = value;
+  runlog.record(j);
+  runlog.line(eval_line(result, step));
+  metric_at_step = result.metric(eval_metric);
+  metric_step = step;
+  if (update_early_stopping(state, result, eval_metric, cfg.eval.patience, step)) {
+    outcome.reason =
+        str("early stopping: ", eval_metric, " did not improve for ", cfg.eval.patience,
+            " evaluations (best ", state.best_metric, " at step ", state.best_step, ")");
+    return true;
+  }
+  return false;
+}
+
 TrainOutcome Trainer::run() {
   Impl& m = *impl_;
   const TrainConfig& cfg = m.cfg;
@@ -204,6 +334,14 @@ TrainOutcome Trainer::run() {
                 m.micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ", accumulation,
                 " micro-batches), ", m.total_steps, " steps (", m.sampler->steps_per_epoch(),
                 " per epoch), run dir ", cfg.run.dir));
+
+  const std::string complete_marker = cfg.run.dir + "/training_complete.json";
+  if (m.state.step >= m.total_steps && m.state.step > 0) {
+    // A chained or requeued job after the run finished: nothing to do, and nothing to overwrite.
+    log::info(str("run ", cfg.run.dir, " is already complete at step ", m.state.step));
+    return TrainOutcome{m.state.step, "already complete", 0};
+  }
+  if (m.is_rank0()) std::filesystem::remove(complete_marker);  // more steps to come
 
   // The prefetch thread walks its own copy of the sampler state; the main thread advances the
   // same state at each step, so both agree on the stream without sharing anything.
@@ -227,8 +365,18 @@ TrainOutcome Trainer::run() {
 
   TrainOutcome outcome;
   outcome.reason = "completed";
+  Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, world);
+  // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
+  const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;
+  int stop_signal = 0;
+  // All ranks combine their stop flag (a signal, or the time limit) in one collective.
+  auto agree = [&](int local_signal, bool local_deadline, bool local_save_due) {
+    auto flags =
+        torch::tensor({local_signal, local_deadline ? 1 : 0, local_save_due ? 1 : 0}, torch::kInt);
+    world.all_reduce(flags, comm::ReduceOp::kMax);
+    return std::array<int, 3>{flags[0].item<int>(), flags[1].item<int>(), flags[2].item<int>()};
+  };
   IntervalStats interval;
-  auto loop_start = Clock::now();
   bool stop = false;
   while (m.state.step < m.total_steps && !stop) {
     const auto step_start = Clock::now();
@@ -239,7 +387,9 @@ TrainOutcome Trainer::run() {
         throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
       }
     }
-    m.phases.data_wait += prefetcher.wait_seconds() - wait_before;
+    const double waited = prefetcher.wait_seconds() - wait_before;
+    m.phases.data_wait += waited;
+    interval.data_wait += waited;
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
     m.sampler->next_global_batch(m.state.sampler);  // advance the main thread's copy
     if (r.skipped) ++m.state.skipped_steps;
@@ -257,46 +407,59 @@ TrainOutcome Trainer::run() {
     const bool eval_now =
         m.val_data && ((cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0) ||
                        (cfg.eval.at_end && step == m.total_steps));
-    if (eval_now) {
-      const auto eval_start = Clock::now();
-      eval::EvalOptions options;
-      options.batch_size = cfg.eval.batch_size;
-      options.bf16 = cfg.run.precision == "bf16";
-      options.max_samples = cfg.eval.max_samples;
-      auto result = eval::evaluate(*m.model, *m.val_data, *m.env.comms.dp, options);
-      m.phases.eval += seconds_since(eval_start);
-      m.eval_wall += result.seconds;
-      m.samples_evaluated += result.samples;
-      nlohmann::ordered_json j{{"type", "eval"},
-                               {"step", step},
-                               {"epoch", m.state.sampler.epoch},
-                               {"split", "val"},
-                               {"data", cfg.data.val}};
-      nlohmann::json body = result;
-      for (auto& [key, value] : body.items()) j[key] = value;
-      runlog.record(j);
-      runlog.line(eval_line(result, step));
-      if (update_early_stopping(m.state, result, m.eval_metric, cfg.eval.patience, step)) {
-        outcome.reason =
-            str("early stopping: ", m.eval_metric, " did not improve for ", cfg.eval.patience,
-                " evaluations (best ", m.state.best_metric, " at step ", m.state.best_step, ")");
-        stop = true;
-      }
+    if (eval_now && m.run_eval(step, stop_signal, agree, runlog, outcome)) stop = true;
+
+    // Every rank agrees before anyone acts (DESIGN.md invariant 2): one collective per step
+    // combines stop signals, the wall-time deadline and the time-based checkpoint interval.
+    int local_signal = runtime::stop_signal_received();
+    if (cfg.debug.stop_step >= 0 && step == cfg.debug.stop_step) local_signal = SIGUSR1;
+    const double save_estimate =
+        m.ckpt->last_save_seconds() > 0 ? m.ckpt->last_save_seconds() : guessed_save_s;
+    const bool by_time = cfg.checkpoint.every_minutes > 0 &&
+                         seconds_since(m.last_save_time) >= cfg.checkpoint.every_minutes * 60;
+    auto flags = agree(local_signal, deadline.reached(save_estimate), by_time);
+    if (stop_signal == 0) stop_signal = flags[0];
+    bool requeue = false;
+    if (stop_signal != 0) {
+      outcome.reason =
+          str(runtime::signal_name(stop_signal), " received: saved, requeue to resume");
+      requeue = true;
+    } else if (flags[1] != 0) {
+      outcome.reason = str("time limit (", deadline.source(), "): saved, requeue to resume");
+      requeue = true;
     }
-    // Every rank agrees before anyone acts (DESIGN.md invariant 2).
-    int local_stop = runtime::stop_signal_received();
-    if (cfg.debug.stop_step >= 0 && step == cfg.debug.stop_step) local_stop = SIGUSR1;
-    auto flag = torch::tensor({local_stop}, torch::kInt);
-    world.all_reduce(flag, comm::ReduceOp::kMax);
-    if (flag.item<int>() != 0 && !stop) {
-      outcome.reason = runtime::signal_name(flag.item<int>());
+    if (requeue) {
       outcome.exit_code = kExitRequeue;
       stop = true;
+    }
+    const bool last = stop || step == m.total_steps;
+    const bool save_now =
+        requeue || flags[2] != 0 ||
+        (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) ||
+        (last && cfg.checkpoint.at_end);
+    if (save_now && m.last_saved_step != step) {
+      m.save(step, requeue ? "stop request" : last ? "end of run" : "interval");
+    }
+  }
+  if (m.state.step >= m.total_steps && m.last_saved_step != m.state.step && cfg.checkpoint.at_end &&
+      m.state.step > first_step) {
+    m.save(m.state.step, "end of run");
+  }
+  {
+    const auto start = Clock::now();
+    m.ckpt->wait();  // the last save is committed before the job reports its outcome
+    m.phases.checkpoint += seconds_since(start);
+    if (!m.ckpt->last_saved_path().empty()) {
+      runlog.record({{"type", "checkpoint"},
+                     {"step", m.last_saved_step},
+                     {"path", m.ckpt->last_saved_path()},
+                     {"bytes", m.ckpt->last_save_bytes()},
+                     {"save_seconds", m.ckpt->last_save_seconds()},
+                     {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
     }
   }
   m.phases.total_wall = seconds_since(m.started);
   outcome.steps = m.state.step;
-  (void)loop_start;
 
   LedgerFacts facts;
   facts.model_name = m.model_name;
@@ -319,6 +482,15 @@ TrainOutcome Trainer::run() {
     runlog.record({{"type", "end"}, {"step", m.state.step}, {"reason", outcome.reason}});
     runlog.line(str("stopped after step ", m.state.step, ": ", outcome.reason));
     runlog.line(ledger_summary(ledger));
+    if (outcome.exit_code == 0) {
+      // The marker offline evaluation (--watch) waits for: no more checkpoints will come.
+      std::ofstream(complete_marker)
+          << nlohmann::json{{"step", m.state.step},
+                            {"reason", outcome.reason},
+                            {"last_checkpoint", m.ckpt->last_saved_path()}}
+                 .dump()
+          << "\n";
+    }
   }
   return outcome;
 }

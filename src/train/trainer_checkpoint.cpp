@@ -1,0 +1,94 @@
+#include "trainer_checkpoint.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/optimizer.hpp"
+
+namespace hpctrain::train {
+
+std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
+                                                    parallel::FlatParameters& flat,
+                                                    Optimizer& optimizer, bool with_optimizer) {
+  std::vector<checkpoint::TensorRecord> records;
+  for (const auto& e : flat.entries()) {
+    records.push_back({"model/" + e.name, e.param.detach(), model.shard_info(e.name)});
+  }
+  if (!with_optimizer) return records;
+  for (auto& [state_name, buffer] : optimizer.state()) {
+    for (const auto& e : flat.entries()) {
+      records.push_back({str("optimizer/", state_name, "/", e.name),
+                         buffer.narrow(0, e.offset, e.numel).view(e.param.sizes()),
+                         model.shard_info(e.name)});
+    }
+  }
+  return records;
+}
+
+namespace {
+
+// Seconds until the Slurm job's end time, from `squeue -h -j $SLURM_JOB_ID -o %e`
+// ("2026-11-30T17:00:00", local time), or a negative value when unknown or unlimited.
+double slurm_seconds_left() {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (!job) return -1;
+  std::string command = str("squeue -h -j ", job, " -o %e 2>/dev/null");
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return -1;
+  char line[128] = {0};
+  const bool got = std::fgets(line, sizeof line, pipe) != nullptr;
+  pclose(pipe);
+  if (!got) return -1;
+  std::tm end{};
+  if (!strptime(line, "%Y-%m-%dT%H:%M:%S", &end)) return -1;  // "N/A", "Unknown"
+  end.tm_isdst = -1;
+  const std::time_t end_time = std::mktime(&end);
+  return std::difftime(end_time, std::time(nullptr));
+}
+
+}  // namespace
+
+Deadline::Deadline(double time_limit_s, double margin_s, comm::Communicator& world)
+    : margin_s_(margin_s) {
+  double left[2] = {time_limit_s > 0 ? time_limit_s : -1, -1};
+  if (world.rank() == 0) left[1] = slurm_seconds_left();
+  auto t = torch::tensor({left[0], left[1]}, torch::kDouble);
+  world.broadcast(t, 0);
+  const double limit = t[0].item<double>();
+  const double slurm = t[1].item<double>();
+  double chosen = -1;
+  if (limit > 0) {
+    chosen = limit;
+    source_ = "run.time_limit";
+  }
+  if (slurm > 0 && (chosen < 0 || slurm < chosen)) {
+    chosen = slurm;
+    source_ = "the Slurm job's time limit";
+  }
+  if (chosen > 0) {
+    end_ = std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(chosen));
+    log::info(str("wall-time budget: ", format_seconds(chosen), " (", source_,
+                  "); the run saves and stops when less than the save time + ",
+                  format_seconds(margin_s_), " remain"));
+  }
+}
+
+std::optional<double> Deadline::seconds_left() const {
+  if (!end_) return std::nullopt;
+  return std::chrono::duration<double>(*end_ - std::chrono::steady_clock::now()).count();
+}
+
+bool Deadline::reached(double save_seconds) const {
+  auto left = seconds_left();
+  return left && *left < save_seconds + margin_s_;
+}
+
+}  // namespace hpctrain::train
