@@ -129,7 +129,33 @@ void read_targets(const std::string& dir, const nlohmann::json& manifest,
   }
 }
 
+// The fields every load fills from the manifest.
+void fill_loaded(Loaded& loaded, const std::string& dir, const nlohmann::json& manifest) {
+  loaded.path = dir;
+  loaded.manifest = manifest;
+  loaded.trainer_state = manifest.value("trainer_state", nlohmann::json::object());
+  loaded.step = manifest.at("step").get<std::int64_t>();
+  loaded.epoch = manifest.at("epoch").get<std::int64_t>();
+  loaded.consumed_samples = manifest.at("consumed_samples").get<std::int64_t>();
+}
+
 }  // namespace
+
+Loaded load_local(const std::string& dir, std::vector<TensorRecord>& targets) {
+  const nlohmann::json manifest = read_manifest(dir);
+  const std::string problem = check_targets(dir, manifest, targets, 1);
+  if (!problem.empty()) throw CheckpointError(problem);
+  read_targets(dir, manifest, targets, 0);
+  Loaded loaded;
+  loaded.same_world = manifest.at("world_size").get<int>() == 1;
+  loaded.same_grid = loaded.same_world;
+  if (loaded.same_world && manifest.contains("rng") && manifest.at("rng").is_object()) {
+    loaded.rng_state =
+        h5::read_rng(dir + "/" + manifest.at("rng").value("file", std::string("rng.h5")), 0);
+  }
+  fill_loaded(loaded, dir, manifest);
+  return loaded;
+}
 
 Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>& targets) {
   Impl& m = *impl_;
@@ -181,12 +207,7 @@ Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>
         loaded.rng_state.data_ptr(), static_cast<int>(bytes), MPI_UINT8_T, 0, m.world));
   }
   m.protect.push_back(dir);
-  loaded.path = dir;
-  loaded.manifest = manifest;
-  loaded.trainer_state = manifest.value("trainer_state", nlohmann::json::object());
-  loaded.step = manifest.at("step").get<std::int64_t>();
-  loaded.epoch = manifest.at("epoch").get<std::int64_t>();
-  loaded.consumed_samples = manifest.at("consumed_samples").get<std::int64_t>();
+  fill_loaded(loaded, dir, manifest);
   return loaded;
 }
 

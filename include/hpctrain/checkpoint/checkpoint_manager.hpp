@@ -148,4 +148,10 @@ class CheckpointManager {
 std::string save_local(const std::string& run_dir, SaveContent content,
                        const ManagerOptions& options = {});
 
+/// Loads the checkpoint at `dir` into `targets` as a single process (tp = 1: each target holds
+/// the whole logical tensor) without MPI, with the same checks and messages as
+/// CheckpointManager::load. rng_state is rank 0's when the checkpoint was saved by one rank.
+/// For tools and tests. Local.
+Loaded load_local(const std::string& dir, std::vector<TensorRecord>& targets);
+
 }  // namespace hpctrain::checkpoint

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Checkpoint benchmark: `hpctrain bench checkpoint` on 1 and 2 ranks, synchronous and background
+# writing, next to `dd if=/dev/zero ... conv=fsync` writing the same number of bytes into the same
+# directory in the same run (dd right before each hpctrain measurement). Prints a markdown table
+# for docs/BENCHMARKS.md. Never a test: numbers depend on the machine and its load.
+#
+#   scripts/bench_checkpoint.sh                       # 10M and 100M parameters
+#   PARAMS="10M" RANKS="1 2" REPEAT=3 DIR=/scratch/me/ckpt-bench scripts/bench_checkpoint.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+params_list=${PARAMS:-10M 100M}
+ranks_list=${RANKS:-1 2}
+repeat=${REPEAT:-3}
+dir=${DIR:-bench-checkpoint-run}
+py=/usr/bin/python3
+
+[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
+mpi_flags=(--oversubscribe --bind-to none)
+[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
+mkdir -p "$dir"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp" "$dir/dd.bin"' EXIT
+
+# dd_mbps BYTES: MB/s of dd writing BYTES (4 MiB blocks) with fsync before it exits.
+dd_mbps() {
+  local count=$((($1 + 4194303) / 4194304))
+  local start end
+  start=$(date +%s.%N)
+  dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$count" conv=fsync status=none
+  end=$(date +%s.%N)
+  rm -f "$dir/dd.bin"
+  "$py" -c "print(f'{$count * 4194304 / ($end - $start) / 1e6:.1f}')"
+}
+
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc) cores, $(df -hT "$dir" | awk 'NR==2 {print $2 " on " $1}'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# command: scripts/bench_checkpoint.sh (PARAMS=\"$params_list\" RANKS=\"$ranks_list\" REPEAT=$repeat DIR=$dir)"
+echo
+echo "| params | checkpoint MB | ranks (dp x tp) | writing | save s | save MB/s | dd MB/s | save / dd | blocked s | blocked / save | load MB/s | verify s |"
+echo "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+for params in $params_list; do
+  for ranks in $ranks_list; do
+    for mode in sync background; do
+      flag=--sync
+      [[ $mode == background ]] && flag=--background
+      # The same bytes as the checkpoint: 4 bytes per parameter plus HDF5 metadata (~0.1%).
+      bytes=$("$py" -c "
+import re
+m = re.fullmatch(r'([0-9.]+)([KMG]?)', '$params')
+print(int(float(m.group(1)) * {'': 1, 'K': 1e3, 'M': 1e6, 'G': 1e9}[m.group(2)] * 4))")
+      dd=$(dd_mbps "$bytes")
+      mpirun "${mpi_flags[@]}" -np "$ranks" "$bin" -q bench checkpoint --params "$params" "$flag" \
+        --repeat "$repeat" --dir "$dir/run" --json >"$tmp/out.json"
+      "$py" - "$tmp/out.json" "$dd" "$mode" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+dd, mode = float(sys.argv[2]), sys.argv[3]
+for r in j["rows"]:
+    print(f"| {r['params'] / 1e6:g}M | {r['bytes'] / 1e6:.1f} | {j['world_size']} ({j['dp']} x {j['tp']}) "
+          f"| {mode} | {r['save_s']:.2f} | {r['save_mb_per_s']:.1f} | {dd:.1f} "
+          f"| {r['save_mb_per_s'] / dd:.2f} | {r['blocked_s']:.3f} | {100 * r['blocked_fraction']:.1f}% "
+          f"| {r['load_mb_per_s']:.0f} | {r['verify_s']:.2f} |")
+PY
+    done
+  done
+done
