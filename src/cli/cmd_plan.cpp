@@ -1,0 +1,669 @@
+// hpctrain plan: what a run will cost before it starts (FLOPs, wall time, device-hours,
+// checkpoint size and interval), from a config or from size arguments, optionally calibrated on a
+// finished run's ledger.json. docs/PLAN.md documents every figure. Local: no collective runs;
+// under a launcher every rank computes the same plan and rank 0 prints it.
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "command.hpp"
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/compute_plan.hpp"
+#include "hpctrain/train/train_config.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+using train::ComputePlan;
+using train::LedgerCalibration;
+using train::PlanInputs;
+
+struct PlanOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  // Size arguments (without --config).
+  double params = 0;
+  std::int64_t layers = 0;
+  std::int64_t width = 0;
+  std::int64_t seq_len = 0;
+  std::int64_t vocab = 0;
+  double mlp_ratio = 4.0;
+  double forward_flops = 0;
+  // Work (with or without --config).
+  double tokens = 0;
+  double samples = 0;
+  double epochs = 0;
+  double eval_tokens = 0;
+  double eval_samples = 0;
+  double evals = -1;
+  // Machine, checkpoints, calibration.
+  int devices = 0;
+  std::string peak_flops;
+  double utilization = 0.4;
+  double eval_utilization = 0;
+  std::string optimizer;
+  std::string ckpt_bandwidth = "1e9";
+  double mtbf_hours = 0;
+  std::string calibrate;
+  bool json = false;
+};
+PlanOptions g_plan;
+
+bool has_size_arguments(const PlanOptions& o) {
+  return o.params > 0 || o.layers > 0 || o.width > 0 || o.forward_flops > 0;
+}
+
+// The optimizer state a checkpoint of this config holds (compute_plan.hpp names).
+std::string config_optimizer(const train::OptimizerConfig& optim) {
+  if (optim.name == "sgd") return optim.momentum > 0 ? "sgd-momentum" : "sgd";
+  return optim.name;
+}
+
+// What a finished run did, when the plan recomputes that run instead of a new one: its step count
+// and evaluated samples come from its ledger, so no data file has to be found again.
+struct RecordedRun {
+  std::int64_t steps = 0;
+  std::int64_t samples_evaluated = 0;
+};
+
+// The model, work and optimizer of a run configuration, for `devices` ranks.
+PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
+                              const std::optional<RecordedRun>& recorded) {
+  const train::TrainConfig tc = train::TrainConfig::from(config, "runs/plan");
+  const int tp = tc.parallel.tp;
+  if (devices % tp != 0) {
+    throw ConfigError(str("--devices ", devices, " is not divisible by parallel.tp = ", tp,
+                          ": plan for a multiple of ", tp, " devices"));
+  }
+  PlanInputs in;
+  in.source = str("config ", config.origin());
+  auto model_section = config.section("model");
+  in.model_name = model_section.get<std::string>("name", "mlp");
+  std::int64_t seq_len = 0;  // of language-model data windows
+  if (in.model_name == "gpt") {
+    // Counted analytically so that a config of any size plans without allocating its weights
+    // (tests/unit/plan checks the count against the built model).
+    const model::GptOptions g = model::read_gpt_options(model_section, tp);
+    const train::TransformerShape shape{g.layers,     g.width,     g.seq_len,
+                                        g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    in.task = "language_model";
+    in.non_embedding_parameters = train::transformer_non_embedding_parameters(shape);
+    in.parameters = in.non_embedding_parameters + train::transformer_embedding_parameters(shape);
+    in.tokens_per_sample = static_cast<double>(g.seq_len);
+    seq_len = g.seq_len;
+    in.forward_flops_per_sample =
+        in.tokens_per_sample * train::transformer_forward_flops_per_token(
+                                   in.non_embedding_parameters, g.layers, g.seq_len, g.width);
+    in.flops_formula =
+        "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: 6 N D "
+        "plus attention";
+  } else {
+    // Small models are built on the CPU, unsharded, and their layers counted.
+    model::ModelContext ctx;
+    auto model = model::build_model(model_section, ctx);
+    in.task = model->task();
+    in.parameters = static_cast<double>(model->logical_parameter_count());
+    in.forward_flops_per_sample = model->forward_flops_per_sample();
+    in.flops_formula = "forward FLOPs counted from the layers, training 3x forward";
+    // The trainer reads model.seq_len for every model, so the resolved config.yaml of any run
+    // records it: read it too, or planning from that file would call it an unknown key.
+    seq_len = model_section.get<std::int64_t>("seq_len", 0);
+  }
+  config.check_unknown_keys();
+
+  const std::int64_t dp = devices / tp;
+  in.devices = devices;
+  in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
+  in.epochs = o.epochs > 0 ? o.epochs : static_cast<double>(tc.run.epochs);
+  in.optimizer = o.optimizer.empty() ? config_optimizer(tc.optim) : o.optimizer;
+
+  if (recorded) {
+    in.steps = recorded->steps;
+    in.train_samples = static_cast<double>(in.steps * in.global_batch);
+    const bool evaluates = !tc.data.val.empty();
+    in.eval_passes = evaluates ? static_cast<double>(train::planned_evaluations(
+                                     in.steps, tc.eval.every_steps, tc.eval.at_end))
+                               : 0;
+    if (in.eval_passes > 0) {
+      in.eval_samples_per_pass = static_cast<double>(recorded->samples_evaluated) / in.eval_passes;
+    }
+    return in;
+  }
+
+  if (o.samples > 0) {
+    in.samples_per_epoch = o.samples;
+  } else if (o.tokens > 0) {
+    in.samples_per_epoch = std::floor(o.tokens / in.tokens_per_sample);
+  } else {
+    if (tc.data.train.empty()) {
+      throw ConfigError(
+          "data.train is not set: give the training file in the config, or the size of an "
+          "epoch with --samples N (or --tokens N)");
+    }
+    if (!std::filesystem::exists(tc.data.train)) {
+      throw DataError(str("data.train = ", tc.data.train,
+                          ": no such file (relative paths are taken from the current "
+                          "directory); prepare it, or give the epoch size with --samples N"));
+    }
+    data::DatasetExpectation expect;
+    expect.seq_len = seq_len;
+    expect.config_key = "data.train";
+    in.samples_per_epoch = static_cast<double>(
+        data::Dataset::open(tc.data.train, expect, tc.data.read_options())->info().num_samples);
+  }
+  if (in.epochs != std::floor(in.epochs)) {
+    throw ConfigError(str("--epochs ", in.epochs, ": the trainer runs whole epochs"));
+  }
+  // The trainer runs whole steps of one global batch; an epoch drops the remainder.
+  in.steps = train::planned_steps(static_cast<std::int64_t>(in.samples_per_epoch), in.global_batch,
+                                  static_cast<std::int64_t>(in.epochs), tc.run.max_steps);
+  if (in.steps < 1) {
+    throw ConfigError(str("an epoch of ", in.samples_per_epoch,
+                          " samples does not fill one step of ", in.global_batch,
+                          " samples (data.batch_size ", tc.data.batch_size, " x ", dp,
+                          " data-parallel ranks x ", tc.optim.grad_accumulation,
+                          " micro-batches): nothing would be trained"));
+  }
+  in.train_samples = static_cast<double>(in.steps * in.global_batch);
+
+  if (o.eval_samples > 0) {
+    in.eval_samples_per_pass = o.eval_samples;
+  } else if (o.eval_tokens > 0) {
+    in.eval_samples_per_pass = std::floor(o.eval_tokens / in.tokens_per_sample);
+  } else if (!tc.data.val.empty()) {
+    if (!std::filesystem::exists(tc.data.val)) {
+      throw DataError(str("data.val = ", tc.data.val,
+                          ": no such file; prepare it, or give the size of an evaluation with "
+                          "--eval-samples N"));
+    }
+    data::DatasetExpectation expect;
+    expect.seq_len = seq_len;
+    expect.config_key = "data.val";
+    in.eval_samples_per_pass = static_cast<double>(
+        data::Dataset::open(tc.data.val, expect, tc.data.read_options())->info().num_samples);
+  }
+  if (tc.eval.max_samples > 0) {
+    in.eval_samples_per_pass =
+        std::min(in.eval_samples_per_pass, static_cast<double>(tc.eval.max_samples));
+  }
+  if (o.evals >= 0) {
+    in.eval_passes = o.evals;
+  } else if (in.eval_samples_per_pass > 0) {
+    in.eval_passes = static_cast<double>(
+        train::planned_evaluations(in.steps, tc.eval.every_steps, tc.eval.at_end));
+  }
+  return in;
+}
+
+// The model and work given as size arguments (no config).
+PlanInputs inputs_from_sizes(const PlanOptions& o, int devices) {
+  PlanInputs in;
+  in.source = "size arguments";
+  in.devices = devices;
+  in.epochs = o.epochs > 0 ? o.epochs : 1;
+  in.optimizer = o.optimizer.empty() ? "adam" : o.optimizer;
+  const bool transformer = o.params > 0 || (o.layers > 0 && o.width > 0);
+  if (transformer) {
+    if ((o.layers > 0) != (o.width > 0) && o.params <= 0) {
+      throw ConfigError("give both --layers and --width (or --params) to size a transformer");
+    }
+    in.model_name = "transformer";
+    in.task = "language_model";
+    const train::TransformerShape shape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
+    const bool shaped = o.layers > 0 && o.width > 0;
+    const double n = o.params > 0 ? o.params : train::transformer_non_embedding_parameters(shape);
+    in.non_embedding_parameters = n;
+    in.parameters = n;
+    if (o.params <= 0 && o.vocab > 0) {
+      in.parameters += train::transformer_embedding_parameters(shape);
+    }
+    const bool attention = shaped && o.seq_len > 0;
+    const double per_token =
+        attention ? train::transformer_forward_flops_per_token(n, o.layers, o.seq_len, o.width)
+                  : 2.0 * n;
+    in.flops_formula = attention ? "6 N D + 6 layers T width D (training), 2 N D + 2 layers T "
+                                   "width D (evaluation)"
+                                 : "6 N D (training), 2 N D (evaluation)";
+    // A sample is a sequence when the sequence length is known, else a token.
+    in.tokens_per_sample = o.seq_len > 0 ? static_cast<double>(o.seq_len) : 1.0;
+    in.forward_flops_per_sample = per_token * in.tokens_per_sample;
+    if (o.tokens > 0) {
+      in.samples_per_epoch = o.tokens / in.tokens_per_sample;
+    } else if (o.samples > 0) {
+      in.samples_per_epoch = o.samples;
+    } else {
+      throw ConfigError("give the training tokens D with --tokens (e.g. --tokens 300e9)");
+    }
+    if (o.eval_tokens > 0) {
+      in.eval_samples_per_pass = o.eval_tokens / in.tokens_per_sample;
+    } else if (o.eval_samples > 0) {
+      in.eval_samples_per_pass = o.eval_samples;
+    }
+  } else if (o.forward_flops > 0) {
+    in.model_name = "model";
+    in.task = "classification";
+    in.parameters = o.params;
+    in.forward_flops_per_sample = o.forward_flops;
+    in.flops_formula = "--forward-flops per sample, training 3x forward";
+    if (o.samples <= 0) throw ConfigError("give the samples of an epoch with --samples N");
+    in.samples_per_epoch = o.samples;
+    in.eval_samples_per_pass = o.eval_samples;
+  } else {
+    throw ConfigError(
+        "nothing to plan: give --config FILE, or a transformer's size (--params N, or --layers "
+        "and --width) with --tokens D, or --forward-flops F with --samples S; see hpctrain plan "
+        "--help and docs/PLAN.md");
+  }
+  in.train_samples = in.samples_per_epoch * in.epochs;
+  in.eval_passes = o.evals >= 0 ? o.evals : (in.eval_samples_per_pass > 0 ? 1 : 0);
+  return in;
+}
+
+LedgerCalibration load_calibration(const std::string& run_dir) {
+  const std::string path = (std::filesystem::path(run_dir) / "ledger.json").string();
+  std::ifstream file(path);
+  if (!file) {
+    throw ConfigError(str("--calibrate ", run_dir, ": cannot read ", path,
+                          "; give the run directory of a finished hpctrain train run"));
+  }
+  nlohmann::json ledger;
+  try {
+    file >> ledger;
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(str(path, ": not valid JSON (", e.what(), ")"));
+  }
+  return train::read_ledger_calibration(ledger, path);
+}
+
+// How well the plan reproduces the calibrating run itself: its FLOPs from its recorded config,
+// the estimate before calibration (assumed utilisation) and after, against its ledger.
+nlohmann::ordered_json check_against_calibrating_run(const PlanOptions& o,
+                                                     const LedgerCalibration& cal,
+                                                     double peak_flops) {
+  nlohmann::ordered_json check;
+  const auto config_path = std::filesystem::path(o.calibrate) / "config.yaml";
+  if (!std::filesystem::exists(config_path)) {
+    check["skipped"] = str(config_path.string(), " not found");
+    return check;
+  }
+  Config config = Config::load(config_path.string());
+  PlanOptions defaults;
+  defaults.optimizer = o.optimizer;
+  PlanInputs in = inputs_from_config(config, defaults, cal.world_size,
+                                     RecordedRun{cal.steps, cal.samples_evaluated});
+  in.peak_flops_per_device = peak_flops;
+  in.utilization = o.utilization;
+  in.eval_utilization = o.eval_utilization;
+  check["config"] = config_path.string();
+  check["train_samples"] = {{"planned", in.train_samples}, {"ledger", cal.samples_trained}};
+  const ComputePlan flops_only = train::make_plan(in);
+  check["train_flops"] = {
+      {"planned", flops_only.train_flops},
+      {"ledger", cal.train_flops},
+      {"error", train::relative_error(flops_only.train_flops, cal.train_flops)}};
+  if (peak_flops > 0) {
+    // The estimate a user would have had before the run: the assumed utilisation.
+    const double predicted = flops_only.train_wall_s;
+    check["assumed_utilization_train_wall_s"] = {
+        {"predicted", predicted},
+        {"actual", cal.train_wall_s},
+        {"error", train::relative_error(predicted, cal.train_wall_s)}};
+  }
+  in.calibration = cal;
+  const ComputePlan calibrated = train::make_plan(in);
+  const double error = train::relative_error(calibrated.total_wall_s, cal.total_wall_s);
+  check["calibrated_total_wall_s"] = {
+      {"predicted", calibrated.total_wall_s}, {"actual", cal.total_wall_s}, {"error", error}};
+  return check;
+}
+
+// ---- Output --------------------------------------------------------------------------------
+
+std::string number_text(double v) {
+  char buf[64];
+  if (std::fabs(v - std::round(v)) < 1e-9 && std::fabs(v) < 1e9) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+  }
+  return buf;
+}
+
+class Table {
+ public:
+  void section(const std::string& title) { rows_.push_back({"", title, "", ""}); }
+  void row(const std::string& quantity, double value, const std::string& unit,
+           const std::string& note = "") {
+    rows_.push_back({quantity, number_text(value), unit, note});
+  }
+  /// A line of words under the current section, outside the columns.
+  void text(const std::string& quantity, const std::string& value) {
+    rows_.push_back({quantity, value, "", "", true});
+  }
+  void print(std::ostream& out) const {
+    std::size_t q = 8, v = 5;
+    for (const auto& r : rows_) {
+      if (r.quantity.empty() || r.words) continue;
+      q = std::max(q, r.quantity.size());
+      v = std::max(v, r.value.size());
+    }
+    auto pad = [](const std::string& s, std::size_t n) {
+      return s + std::string(n > s.size() ? n - s.size() : 0, ' ');
+    };
+    out << "  " << pad("quantity", q) << "  " << pad("value", v) << "  unit\n";
+    for (const auto& r : rows_) {
+      if (r.quantity.empty()) {
+        out << r.value << "\n";
+        continue;
+      }
+      if (r.words) {
+        out << "  " << r.quantity << ": " << r.value << "\n";
+        continue;
+      }
+      std::string unit = r.unit;
+      if (!r.note.empty()) unit += (unit.empty() ? "" : "  ") + r.note;
+      out << "  " << pad(r.quantity, q) << "  " << pad(r.value, v) << "  " << unit << "\n";
+    }
+  }
+
+ private:
+  struct Row {
+    std::string quantity, value, unit, note;
+    bool words = false;
+  };
+  std::vector<Row> rows_;
+};
+
+// "(2 h 03 min)" next to a value in seconds; nothing where the seconds say it already.
+std::string human_seconds(double s) {
+  if (s < 120) return "";
+  if (s >= 2 * 86400) return str("(", number_text(std::round(s / 86400 * 10) / 10), " days)");
+  return str("(", format_seconds(s), ")");
+}
+
+void add_plan_rows(Table& t, const ComputePlan& p) {
+  const PlanInputs& in = p.in;
+  t.section(str("model: ", in.model_name, " (", in.source, ")"));
+  t.row("parameters", in.parameters, "");
+  if (in.non_embedding_parameters > 0) {
+    t.row("non-embedding parameters", in.non_embedding_parameters, "");
+  }
+  t.row("forward FLOPs per sample", in.forward_flops_per_sample, "FLOP");
+  if (in.tokens_per_sample > 1) t.row("tokens per sample", in.tokens_per_sample, "");
+  t.text("FLOP formula", in.flops_formula);
+
+  t.section("work");
+  if (in.samples_per_epoch > 0) t.row("samples per epoch", in.samples_per_epoch, "");
+  t.row("epochs", in.epochs, "");
+  if (in.global_batch > 0) t.row("global batch", static_cast<double>(in.global_batch), "samples");
+  if (in.steps > 0) t.row("steps", static_cast<double>(in.steps), "");
+  t.row("training samples", in.train_samples, "");
+  if (in.tokens_per_sample > 1 || in.task == "language_model") {
+    t.row("training tokens (D)", p.train_tokens, "");
+  }
+  t.row("evaluation samples per pass", in.eval_samples_per_pass, "");
+  t.row("evaluation passes", in.eval_passes, "");
+
+  t.section("FLOPs");
+  t.row("training", p.train_flops, "FLOP");
+  t.row("evaluation per pass", p.eval_flops_per_pass, "FLOP");
+  t.row("evaluation, all passes", p.eval_flops, "FLOP");
+
+  t.section(str("devices (", p.rate_source, ")"));
+  t.row("devices", in.devices, "");
+  if (in.peak_flops_per_device > 0) t.row("peak per device", in.peak_flops_per_device, "FLOP/s");
+  if (p.utilization > 0) {
+    t.row(p.rate_source == "calibrated" ? "utilization (measured)" : "utilization (assumed)",
+          p.utilization * 100, "% of peak");
+  }
+  if (p.eval_utilization > 0)
+    t.row("evaluation utilization", p.eval_utilization * 100, "% of peak");
+  if (p.timed) {
+    t.row("training rate per device", p.train_flops_per_s_per_device, "FLOP/s");
+    t.row("evaluation rate per device", p.eval_flops_per_s_per_device, "FLOP/s");
+  }
+
+  t.section("time");
+  if (p.timed) {
+    t.row("training wall time", p.train_wall_s, "s", human_seconds(p.train_wall_s));
+    t.row("evaluation wall time per pass", p.eval_wall_per_pass_s, "s",
+          human_seconds(p.eval_wall_per_pass_s));
+    t.row("evaluation wall time, all passes", p.eval_wall_s, "s", human_seconds(p.eval_wall_s));
+    if (p.overhead_s > 0) t.row("setup and other overhead", p.overhead_s, "s");
+    t.row("total wall time", p.total_wall_s, "s", human_seconds(p.total_wall_s));
+    if (p.step_s > 0) t.row("time per step", p.step_s, "s");
+    t.row("training device-hours", p.train_device_hours, "device-h");
+    t.row("evaluation device-hours", p.eval_device_hours, "device-h");
+    t.row("total device-hours", p.total_device_hours, "device-h");
+  } else {
+    t.text("wall time", "unknown: give --peak-flops or --calibrate");
+  }
+
+  t.section(str("checkpoints (", in.optimizer, ")"));
+  t.row("bytes per parameter", p.bytes_per_parameter, "B", "(fp32 weights + optimizer state)");
+  t.row("checkpoint size", p.checkpoint_bytes, "B",
+        str("(", format_bytes(p.checkpoint_bytes), ")"));
+  t.row("write bandwidth", in.checkpoint_bandwidth, "B/s");
+  t.row("write time", p.checkpoint_write_s, "s", human_seconds(p.checkpoint_write_s));
+  if (p.interval) {
+    t.row("MTBF", in.mtbf_s / 3600, "h");
+    t.row("Young/Daly interval", p.interval->interval_s, "s",
+          human_seconds(p.interval->interval_s));
+    if (p.interval_steps > 0) t.row("interval in steps", std::round(p.interval_steps), "steps");
+    t.row("time spent saving", p.interval->save_fraction * 100, "%");
+    t.row("work redone after failures", p.interval->rework_fraction * 100, "%");
+    t.row("lost work, total", p.interval->waste_fraction * 100, "%");
+    if (p.timed) t.row("expected failures in the run", p.expected_failures, "");
+  } else {
+    t.text("Young/Daly interval", "give --mtbf HOURS");
+  }
+}
+
+int run_plan(CommandContext& ctx) {
+  const PlanOptions& o = g_plan;
+  std::optional<LedgerCalibration> calibration;
+  if (!o.calibrate.empty()) calibration = load_calibration(o.calibrate);
+  const int devices = o.devices > 0 ? o.devices : (calibration ? calibration->world_size : 1);
+  const double peak =
+      o.peak_flops.empty() ? 0 : train::parse_peak_flops(o.peak_flops, "--peak-flops");
+  if (!o.optimizer.empty()) train::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
+  const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
+
+  PlanInputs in;
+  if (!o.config.empty() || (!has_size_arguments(o) && calibration)) {
+    if (!o.config.empty() && has_size_arguments(o)) {
+      throw ConfigError(
+          "give either --config or size arguments (--params, --layers, --width, "
+          "--forward-flops), not both; size the config's work with --samples/--tokens/--epochs");
+    }
+    // Without a config, plan the calibrating run's own configuration.
+    const std::string path =
+        o.config.empty() ? (std::filesystem::path(o.calibrate) / "config.yaml").string() : o.config;
+    Config config = Config::load(path);
+    for (const auto& assignment : o.overrides) config.set(assignment);
+    in = inputs_from_config(config, o, devices, std::nullopt);
+  } else {
+    if (!o.overrides.empty()) throw ConfigError("--set needs --config");
+    in = inputs_from_sizes(o, devices);
+  }
+  in.peak_flops_per_device = peak;
+  in.utilization = o.utilization;
+  in.eval_utilization = o.eval_utilization;
+  in.checkpoint_bandwidth = bandwidth;
+  in.mtbf_s = o.mtbf_hours * 3600;
+  in.calibration = calibration;
+  const ComputePlan plan = train::make_plan(in);
+
+  nlohmann::ordered_json j = train::plan_to_json(plan);
+  nlohmann::ordered_json check;
+  if (calibration) {
+    const LedgerCalibration& c = *calibration;
+    check = check_against_calibrating_run(o, c, peak);
+    nlohmann::ordered_json cal;
+    cal["run_dir"] = o.calibrate;
+    cal["model"] = c.model_name;
+    cal["world_size"] = c.world_size;
+    cal["threads_per_rank"] = c.threads_per_rank;
+    cal["device"] = c.device;
+    cal["steps"] = c.steps;
+    cal["samples_trained"] = c.samples_trained;
+    cal["samples_evaluated"] = c.samples_evaluated;
+    cal["train_wall_s"] = c.train_wall_s;
+    cal["eval_wall_s"] = c.eval_wall_s;
+    cal["checkpoint_wall_s"] = c.checkpoint_wall_s;
+    cal["overhead_s"] = c.overhead_s;
+    cal["total_wall_s"] = c.total_wall_s;
+    cal["train_flops_per_s_per_device"] = c.train_flops_per_s_per_device;
+    cal["eval_flops_per_s_per_device"] = c.eval_flops_per_s_per_device;
+    cal["utilization"] =
+        peak > 0 ? nlohmann::json(c.train_flops_per_s_per_device / peak) : nlohmann::json(nullptr);
+    cal["cost_ratio_train_to_eval"] = c.cost_ratio_train_to_eval;
+    cal["check"] = check;
+    j["calibration"] = cal;
+  }
+
+  if (ctx.runtime.world_rank() != 0) return 0;
+  if (o.json) {
+    std::cout << j.dump(2) << std::endl;
+    return 0;
+  }
+  Table t;
+  add_plan_rows(t, plan);
+  if (calibration) {
+    const LedgerCalibration& c = *calibration;
+    t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",
+                  c.threads_per_rank, " threads, ", c.device, ", ", c.steps, " steps)"));
+    t.row("measured training rate per device", c.train_flops_per_s_per_device, "FLOP/s");
+    if (c.eval_flops_per_s_per_device > 0) {
+      t.row("measured evaluation rate per device", c.eval_flops_per_s_per_device, "FLOP/s");
+      t.row("train:eval cost per sample", c.cost_ratio_train_to_eval, "", "(FLOPs say 3)");
+    }
+    t.row("measured setup and other overhead", c.overhead_s, "s");
+    if (check.contains("train_flops")) {
+      t.row("that run's train FLOPs, plan vs ledger",
+            check["train_flops"]["error"].get<double>() * 100, "% error");
+      if (check.contains("assumed_utilization_train_wall_s")) {
+        const auto& a = check["assumed_utilization_train_wall_s"];
+        t.row("its training time at the assumed utilization", a["predicted"].get<double>(), "s",
+              str("(actual ", number_text(a["actual"].get<double>()), " s, error ",
+                  number_text(std::round(a["error"].get<double>() * 1000) / 10), "%)"));
+      }
+      const auto& cw = check["calibrated_total_wall_s"];
+      t.row("its total time, calibrated", cw["predicted"].get<double>(), "s",
+            str("(actual ", number_text(cw["actual"].get<double>()), " s, error ",
+                number_text(std::round(cw["error"].get<double>() * 1000) / 10), "%)"));
+    } else if (check.contains("skipped")) {
+      t.text("check against that run", str("skipped: ", check["skipped"].get<std::string>()));
+    }
+  }
+  std::cout << "hpctrain plan\n";
+  t.print(std::cout);
+  for (const auto& note : plan.notes) std::cout << "note: " << note << "\n";
+  std::cout << std::flush;
+  return 0;
+}
+
+CommandRegistration reg(
+    "plan",
+    "Estimate a run before it starts: FLOPs, wall time, device-hours, checkpoint size and "
+    "interval (docs/PLAN.md)",
+    [](CLI::App& app) {
+      PlanOptions& o = g_plan;
+      app.add_option("-c,--config", o.config, "Run configuration (YAML) to plan")
+          ->check(CLI::ExistingFile);
+      app.add_option("--set", o.overrides,
+                     "Override a config key: --set run.max_steps=600 (repeatable)");
+      auto* sizes = "Size arguments (instead of --config)";
+      app.add_option("--params", o.params,
+                     "Transformer parameters N (training 6 N D), or any model's parameters for "
+                     "the checkpoint size")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--layers", o.layers, "Transformer layers")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--width", o.width, "Transformer width (d_model)")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--seq-len", o.seq_len, "Sequence length T (adds attention FLOPs)")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--vocab", o.vocab, "Vocabulary (embedding parameters)")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--mlp-ratio", o.mlp_ratio, "MLP width / width (default 4)")
+          ->group(sizes)
+          ->check(CLI::PositiveNumber);
+      app.add_option("--forward-flops", o.forward_flops,
+                     "Forward FLOPs per sample of another model")
+          ->group(sizes)
+          ->check(CLI::NonNegativeNumber);
+      auto* work = "Work (overrides the config's)";
+      app.add_option("--tokens", o.tokens, "Training tokens D per epoch")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--samples", o.samples, "Training samples per epoch")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--epochs", o.epochs, "Epochs (default: run.epochs, else 1)")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--eval-tokens", o.eval_tokens, "Tokens per evaluation pass")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--eval-samples", o.eval_samples, "Samples per evaluation pass")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--evals", o.evals,
+                     "Evaluation passes in the run (default: from eval.every_steps and "
+                     "eval.at_end, else 1 when an evaluation size is given)")
+          ->group(work)
+          ->check(CLI::NonNegativeNumber);
+      auto* machine = "Machine";
+      app.add_option("--devices", o.devices,
+                     "Devices (ranks) (default: the calibrating run's, else 1)")
+          ->group(machine)
+          ->check(CLI::PositiveNumber);
+      app.add_option("--peak-flops", o.peak_flops,
+                     "Peak FLOP/s per device, a number (989e12) or a preset: h200-sxm-bf16, "
+                     "h100-sxm-bf16, a100-sxm-bf16, and -fp32 variants")
+          ->group(machine);
+      app.add_option("--utilization", o.utilization,
+                     "Model FLOPs utilisation assumed for training (default 0.4)")
+          ->group(machine);
+      app.add_option("--eval-utilization", o.eval_utilization,
+                     "Utilisation assumed for evaluation (default: --utilization)")
+          ->group(machine);
+      auto* ckpt = "Checkpoints";
+      app.add_option("--optimizer", o.optimizer,
+                     "sgd | sgd-momentum | adam | adamw: optimizer state in a checkpoint "
+                     "(default: the config's, else adam)")
+          ->group(ckpt);
+      app.add_option("--ckpt-bandwidth", o.ckpt_bandwidth,
+                     "Checkpoint write bandwidth in bytes/s (2e9, or 2G = 2 GiB/s; default 1e9)")
+          ->group(ckpt);
+      app.add_option("--mtbf", o.mtbf_hours,
+                     "Mean time between failures of the whole job, hours (Young/Daly interval)")
+          ->group(ckpt)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--calibrate", o.calibrate,
+                     "Finished run directory: use its ledger.json's measured rates, eval cost and "
+                     "overhead, and report the estimate's error on that run")
+          ->check(CLI::ExistingDirectory);
+      app.add_flag("--json", o.json, "Print JSON with every number instead of a table");
+    },
+    run_plan);
+
+}  // namespace
+}  // namespace hpctrain::cli
