@@ -34,15 +34,17 @@ GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
   if (!(o.mlp_ratio > 0)) section.fail("mlp_ratio", "must be positive");
   if (o.dropout < 0 || o.dropout >= 1) section.fail("dropout", "must be in [0, 1)");
   if (tp_size < 1) throw ConfigError(str("gpt: tensor-parallel size ", tp_size, " must be >= 1"));
-  if (o.width % o.heads != 0) {
-    section.fail("width", str("must be divisible by model.heads = ", o.heads,
-                              " (each head has width / heads dimensions)"));
-  }
+  // The tp check comes first: with heads = 3 on tp = 2, the fix is a head count that tp divides,
+  // which then usually divides the width too.
   if (o.heads % tp_size != 0) {
     section.fail("heads", str("must be divisible by the tensor-parallel size tp = ", tp_size,
                               " (each tp rank computes heads / tp whole heads); use a multiple "
                               "of ",
                               tp_size, " heads or a tp that divides ", o.heads));
+  }
+  if (o.width % o.heads != 0) {
+    section.fail("width", str("must be divisible by model.heads = ", o.heads,
+                              " (each head has width / heads dimensions)"));
   }
   const double mlp = static_cast<double>(o.width) * o.mlp_ratio;
   if (std::fabs(mlp - std::round(mlp)) > 1e-9) {

@@ -1,5 +1,7 @@
 #include "hpctrain/parallel/tensor_parallel_ops.hpp"
 
+#include <atomic>
+
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -8,6 +10,11 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Nanoseconds and calls, as integers: atomic<double> has no fetch_add before C++20, and the
+// backward may run on an autograd worker thread.
+std::atomic<std::int64_t> g_comm_nanoseconds{0};
+std::atomic<std::int64_t> g_comm_calls{0};
 
 // AutogradContext::saved_data holds IValues only: the communicator travels to the backward in a
 // capsule, which also keeps it alive for as long as the graph holds the node.
@@ -35,7 +42,12 @@ torch::Tensor all_gather_last_dim(const torch::Tensor& input, comm::Communicator
   if (input.dim() == 0) {
     throw Error(str("gather along the last dim on group ", tp.name(), ": scalar input"));
   }
-  torch::Tensor stacked = tp.all_gather(input.contiguous());  // [size * d0, ...]
+  torch::Tensor contiguous = input.contiguous();
+  torch::Tensor stacked;
+  {
+    TpCommTimer timer;
+    stacked = tp.all_gather(contiguous);  // [size * d0, ...]
+  }
   std::vector<std::int64_t> shape = input.sizes().vec();
   shape.insert(shape.begin(), tp.size());
   torch::Tensor ranks_first = stacked.view(shape);  // [size, d0, ..., n]
@@ -62,6 +74,7 @@ class CopyToTpRegion : public torch::autograd::Function<CopyToTpRegion> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     torch::Tensor grad = grads[0].clone();  // the incoming gradient may be shared with others
+    TpCommTimer timer;
     saved_comm(ctx).all_reduce(grad, comm::ReduceOp::kSum);
     return {grad, torch::Tensor()};
   }
@@ -70,7 +83,10 @@ class CopyToTpRegion : public torch::autograd::Function<CopyToTpRegion> {
 class ReduceFromTpRegion : public torch::autograd::Function<ReduceFromTpRegion> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor input, CommPtr tp) {
-    tp->all_reduce(input, comm::ReduceOp::kSum);
+    {
+      TpCommTimer timer;
+      tp->all_reduce(input, comm::ReduceOp::kSum);
+    }
     // The reduction wrote through the data pointer: bump the version so that autograd refuses to
     // use the old values if anyone had saved them, and tell autograd the input was modified.
     input.unsafeGetTensorImpl()->bump_version();
@@ -126,6 +142,27 @@ torch::Tensor gather_from_tp_region(const torch::Tensor& input, const CommPtr& t
 torch::Tensor scatter_to_tp_region(const torch::Tensor& input, const CommPtr& tp) {
   if (!is_parallel(tp)) return input;
   return ScatterToTpRegion::apply(input, tp);
+}
+
+TpCommTimer::~TpCommTimer() {
+  const auto elapsed = std::chrono::steady_clock::now() - start_;
+  g_comm_nanoseconds.fetch_add(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(),
+      std::memory_order_relaxed);
+  g_comm_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
+double tensor_parallel_comm_seconds() {
+  return static_cast<double>(g_comm_nanoseconds.load(std::memory_order_relaxed)) * 1e-9;
+}
+
+std::int64_t tensor_parallel_comm_calls() {
+  return g_comm_calls.load(std::memory_order_relaxed);
+}
+
+void reset_tensor_parallel_comm_seconds() {
+  g_comm_nanoseconds.store(0, std::memory_order_relaxed);
+  g_comm_calls.store(0, std::memory_order_relaxed);
 }
 
 void average_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& tp) {

@@ -66,10 +66,14 @@ torch::Tensor global_max(const torch::Tensor& logits2d, const VocabSlice& s, con
     return local_max;
   }
   torch::Tensor maxima = argmax ? local_max.clone() : local_max;
-  tp->all_reduce(maxima, comm::ReduceOp::kMax);
+  {
+    TpCommTimer timer;
+    tp->all_reduce(maxima, comm::ReduceOp::kMax);
+  }
   if (argmax) {
     torch::Tensor candidate = local_idx.add_(s.start).masked_fill_(
         local_max.ne(maxima), std::numeric_limits<std::int64_t>::max());
+    TpCommTimer timer;
     tp->all_reduce(candidate, comm::ReduceOp::kMin);
     *argmax = candidate;
   }
@@ -99,7 +103,10 @@ class VocabParallelCrossEntropy : public torch::autograd::Function<VocabParallel
     work.exp_();
     torch::Tensor sum_exp = stats[1];
     sum_exp.copy_(work.sum(1));
-    if (is_parallel(tp)) tp->all_reduce(stats, comm::ReduceOp::kSum);
+    if (is_parallel(tp)) {
+      TpCommTimer timer;
+      tp->all_reduce(stats, comm::ReduceOp::kSum);
+    }
     torch::Tensor loss = sum_exp.log().sub_(stats[0]);
     work.div_(sum_exp.unsqueeze(1));  // softmax
     ctx->save_for_backward({work, local_targets, outside});

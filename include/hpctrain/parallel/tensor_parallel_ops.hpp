@@ -15,6 +15,8 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -59,5 +61,30 @@ torch::Tensor scatter_to_tp_region(const torch::Tensor& input, const CommPtr& tp
 /// reduction order. Parameters without a gradient are skipped; every rank must pass the same
 /// list. Collective over tp (a no-op for tp = 1).
 void average_gradients(const std::vector<torch::Tensor>& params, comm::Communicator& tp);
+
+/// Seconds this process has spent inside the tensor-parallel collectives of a model since start
+/// (or the last reset): the four region operations above, forward and backward, and the
+/// collectives of the vocabulary-parallel embedding and cross entropy. Host wall time around each
+/// blocking call, so on CPU (MPI) it includes waiting for the slowest rank of the tp group; with
+/// NCCL it measures only the enqueue unless the caller synchronises the stream. tp = 1 adds
+/// nothing. Benchmarks divide it by the steps run. Local; thread-safe.
+double tensor_parallel_comm_seconds();
+/// The number of collectives counted in tensor_parallel_comm_seconds(). Local; thread-safe.
+std::int64_t tensor_parallel_comm_calls();
+/// Sets both counters back to zero. Local; thread-safe.
+void reset_tensor_parallel_comm_seconds();
+
+/// Adds the wall time of its scope to tensor_parallel_comm_seconds(): wrap each tp collective of
+/// a layer in one. Costs two steady_clock reads and an atomic add. Local.
+class TpCommTimer {
+ public:
+  TpCommTimer() : start_(std::chrono::steady_clock::now()) {}
+  ~TpCommTimer();
+  TpCommTimer(const TpCommTimer&) = delete;
+  TpCommTimer& operator=(const TpCommTimer&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace hpctrain::parallel
