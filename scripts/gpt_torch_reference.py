@@ -1,0 +1,280 @@
+#!/usr/bin/python3
+"""PyTorch reference for hpctrain's GPT (include/hpctrain/model/gpt.hpp), trained with DDP.
+
+The same architecture (token + learned position embeddings, pre-norm blocks with causal
+self-attention computed as baddbmm(mask, q, k^T / sqrt(hd)) -> softmax -> bmm and a tanh-GELU
+MLP, final LayerNorm, tied or untied output head), the same initialisation (every parameter drawn
+from its own CPU generator seeded with hpctrain's parameter_seed(seed, name), so the initial
+weights are bit-identical to hpctrain's), the same sample order (scripts/data_order.py), the same
+AdamW, gradient clipping and LR schedule, on `--nproc` processes with DistributedDataParallel over
+gloo, one thread each. Reports steady-state step time, tokens/s and achieved FLOP/s with the
+formula hpctrain's ledger uses (Gpt::forward_flops_per_sample, times 3 for training).
+
+    /usr/bin/python3 scripts/gpt_torch_reference.py -c configs/gpt-small-tp2.yaml \\
+        --set run.max_steps=12 --nproc 2 --warmup-steps 2 --json
+
+Used by scripts/bench_gpt.sh. Needs torch, h5py and yaml (Debian: python3-torch python3-h5py
+python3-yaml).
+"""
+import argparse
+import json
+import math
+import os
+import socket
+import sys
+import time
+
+import h5py
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import data_order  # noqa: E402  (hpctrain's sample order, docs/DATA.md)
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def parameter_seed(seed, name):
+    """src/parallel/tensor_parallel_shard.cpp: FNV-1a of the name mixed with the seed."""
+    h = 0xCBF29CE484222325
+    for c in name.encode():
+        h = ((h ^ c) * 0x100000001B3) & MASK
+    mixed = splitmix64(splitmix64(seed & MASK) ^ h)
+    return (mixed ^ (mixed >> 32)) & 0xFFFFFFFF
+
+
+def normal_param(seed, name, shape, std):
+    gen = torch.Generator().manual_seed(parameter_seed(seed, name))
+    return torch.nn.Parameter(torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=gen))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, o, i, seed):
+        super().__init__()
+        d, f, p = o["width"], o["mlp_width"], f"blocks.{i}"
+        res_std = 0.02 / math.sqrt(2.0 * o["layers"])
+        self.heads = o["heads"]
+        self.ln1 = torch.nn.LayerNorm(d, eps=1e-5)
+        self.ln2 = torch.nn.LayerNorm(d, eps=1e-5)
+        # Logical shapes as hpctrain stores them: qkv [3, D, D] (q, k, v stacked) and [3, D].
+        self.qkv_w = normal_param(seed, f"{p}.attn.qkv.weight", (3, d, d), 0.02)
+        self.qkv_b = torch.nn.Parameter(torch.zeros(3, d))
+        self.proj_w = normal_param(seed, f"{p}.attn.proj.weight", (d, d), res_std)
+        self.proj_b = torch.nn.Parameter(torch.zeros(d))
+        self.fc_w = normal_param(seed, f"{p}.mlp.fc.weight", (f, d), 0.02)
+        self.fc_b = torch.nn.Parameter(torch.zeros(f))
+        self.mproj_w = normal_param(seed, f"{p}.mlp.proj.weight", (d, f), res_std)
+        self.mproj_b = torch.nn.Parameter(torch.zeros(d))
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        h, hd = self.heads, d // self.heads
+        qkv = F.linear(self.ln1(x), self.qkv_w.view(3 * d, d), self.qkv_b.view(3 * d))
+        qkv = qkv.view(b, t, 3, h, hd).permute(2, 0, 3, 1, 4).contiguous()
+        q, k, v = (qkv[j].view(b * h, t, hd) for j in range(3))
+        scores = torch.baddbmm(mask, q, k.transpose(1, 2), beta=1.0, alpha=1.0 / math.sqrt(hd))
+        ctx = torch.bmm(torch.softmax(scores, -1), v)
+        ctx = ctx.view(b, h, t, hd).transpose(1, 2).reshape(b, t, d)
+        y = x + F.linear(ctx, self.proj_w, self.proj_b)
+        m = F.gelu(F.linear(self.ln2(y), self.fc_w, self.fc_b), approximate="tanh")
+        return y + F.linear(m, self.mproj_w, self.mproj_b)
+
+
+class Gpt(torch.nn.Module):
+    def __init__(self, o, seed):
+        super().__init__()
+        self.o = o
+        v, d, t = o["vocab_size"], o["width"], o["seq_len"]
+        self.wte = normal_param(seed, "wte.weight", (v, d), 0.02)
+        self.wpe = normal_param(seed, "wpe.weight", (t, d), 0.02)
+        self.blocks = torch.nn.ModuleList(Block(o, i, seed) for i in range(o["layers"]))
+        self.ln_f = torch.nn.LayerNorm(d, eps=1e-5)
+        self.lm_head = None if o["tied_embeddings"] else normal_param(seed, "lm_head.weight", (v, d), 0.02)
+        self.register_buffer("mask", torch.full((t, t), -math.inf).triu_(1), persistent=False)
+
+    def forward(self, tokens):
+        t = tokens.shape[1]
+        x = F.embedding(tokens, self.wte) + self.wpe[:t]
+        mask = self.mask[:t, :t]
+        for block in self.blocks:
+            x = block(x, mask)
+        return F.linear(self.ln_f(x), self.wte if self.lm_head is None else self.lm_head)
+
+    def non_embedding_parameters(self):
+        skip = {id(self.wte), id(self.wpe), id(self.lm_head)}
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+    def forward_flops_per_sample(self):
+        """Gpt::forward_flops_per_sample: 2 N T + 2 layers T^2 width (Kaplan et al. 2020)."""
+        o, t = self.o, float(self.o["seq_len"])
+        return 2.0 * self.non_embedding_parameters() * t + 2.0 * o["layers"] * t * t * o["width"]
+
+
+def lr_at(cfg, step, total):
+    """src/train/lr_schedule.cpp."""
+    base, s = cfg["optim"]["lr"], cfg["schedule"]
+    warm = s.get("warmup_steps", 0)
+    if warm > 0 and step < warm:
+        return base * (step + 1) / warm
+    if s.get("name", "constant") == "cosine":
+        span = max(1, total - warm)
+        progress = min(1.0, (step - warm) / span)
+        lo = s.get("min_lr", 0.0)
+        return lo + 0.5 * (base - lo) * (1 + math.cos(math.pi * progress))
+    if s.get("name") == "step":
+        return base * s.get("gamma", 0.1) ** ((step - warm) // s.get("step_size", 1))
+    return base
+
+
+def load_config(path, overrides):
+    cfg = yaml.safe_load(open(path))
+    for item in overrides:
+        key, _, value = item.partition("=")
+        node = cfg
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = yaml.safe_load(value)
+    m = cfg["model"]
+    o = {
+        "vocab_size": m.get("vocab_size", 256),
+        "seq_len": m.get("seq_len", 128),
+        "layers": m.get("layers", 4),
+        "heads": m.get("heads", 4),
+        "width": m.get("width", 128),
+        "tied_embeddings": m.get("tied_embeddings", True),
+    }
+    o["mlp_width"] = int(round(o["width"] * m.get("mlp_ratio", 4)))
+    if m.get("dropout", 0.0):
+        raise SystemExit("gpt_torch_reference.py: dropout is not implemented (use 0)")
+    return cfg, o
+
+
+def worker(rank, args, port, queue):
+    torch.set_num_threads(args.threads)
+    if hasattr(os, "sched_setaffinity") and args.pin:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=args.nproc)
+    cfg, o = load_config(args.config, args.set)
+    seed = cfg.get("run", {}).get("seed", 1234)
+    model = Gpt(o, seed)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg.get("parallel", {}).get("bucket_mb", 25))
+    optim = cfg["optim"]
+    if optim.get("name") != "adamw":
+        raise SystemExit("gpt_torch_reference.py: only optim.name = adamw is implemented")
+    opt = torch.optim.AdamW(model.parameters(), lr=optim["lr"], betas=tuple(optim.get("betas", (0.9, 0.999))),
+                            eps=optim.get("eps", 1e-8), weight_decay=optim.get("weight_decay", 0.01))
+    clip = optim.get("grad_clip", 0.0)
+
+    data = cfg["data"]
+    with h5py.File(data["train"], "r") as f:
+        tokens = torch.from_numpy(f["tokens"][:].astype(np.int64))
+    t = o["seq_len"]
+    num_samples = (tokens.numel() - 1) // t
+    b = data.get("batch_size", 64)
+    g = b * args.nproc
+    epoch_steps = num_samples // g
+    total = epoch_steps * cfg.get("run", {}).get("epochs", 1)
+    if cfg.get("run", {}).get("max_steps", 0) > 0:
+        total = min(total, cfg["run"]["max_steps"])
+    batches = data_order.global_batches(num_samples, g, seed, data.get("shuffle", True), total)
+    windows = tokens[: num_samples * t + 1]
+
+    def read(indices):
+        rows = torch.stack([windows[i * t : i * t + t + 1] for i in indices])
+        return rows[:, :-1], rows[:, 1:]
+
+    losses, ends = [], []
+    dist.barrier()
+    start = time.perf_counter()
+    for step in range(total):
+        inputs, targets = read(batches[step][rank * b : (rank + 1) * b])
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step, total)
+        logits = ddp(inputs)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)  # the logged loss is the global mean, as hpctrain's
+        losses.append(mean.item() / args.nproc)
+        ends.append(time.perf_counter())
+    if rank == 0:
+        w = args.warmup_steps
+        if total <= w:
+            raise SystemExit(f"ran {total} steps, not more than --warmup-steps {w}")
+        step_time = (ends[-1] - (ends[w - 1] if w > 0 else start)) / (total - w)
+        flops = 3.0 * model.forward_flops_per_sample()
+        queue.put({
+            "benchmark": "train",
+            "impl": f"pytorch {torch.__version__} DDP gloo",
+            "model": "gpt",
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "world_size": args.nproc,
+            "dp": args.nproc,
+            "tp": 1,
+            "threads_per_rank": args.threads,
+            "global_batch": g,
+            "tokens_per_sample": t,
+            "steps": total,
+            "warmup_steps": w,
+            "step_time_s": step_time,
+            "samples_per_s": g / step_time,
+            "tokens_per_s": g * t / step_time,
+            "train_flops_per_sample": flops,
+            "flops_per_s": g * flops / step_time,
+            "first_loss": losses[0],
+            "last_loss": losses[-1],
+            "losses": losses,
+        })
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-c", "--config", required=True)
+    p.add_argument("--set", action="append", default=[], help="key=value override (repeatable)")
+    p.add_argument("--nproc", type=int, default=2, help="DDP processes (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per process")
+    p.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the timing")
+    p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin process r to core r")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of a summary")
+    args = p.parse_args()
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(worker, args=(args, port, queue), nprocs=args.nproc, join=True,
+                       start_method="spawn")
+    r = queue.get()
+    if args.json:
+        print(json.dumps(r))
+        return
+    print(f"# {r['impl']}: {args.config}, {r['parameters']} parameters, {args.nproc} processes x "
+          f"{args.threads} thread(s), global batch {r['global_batch']}, {r['steps']} steps "
+          f"({r['warmup_steps']} warm-up steps not timed)")
+    print(f"step time        {r['step_time_s']:10.4f} s")
+    print(f"tokens/s         {r['tokens_per_s']:10.0f}")
+    print(f"achieved FLOP/s  {r['flops_per_s']:10.3g}")
+    print(f"loss             {r['first_loss']:10.4f} -> {r['last_loss']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+// hpctrain bench train: a training run from a config, as `hpctrain train` does it (the same
+// Trainer), with no evaluation or checkpoints, reporting steady-state throughput (tokens or
+// samples per second and achieved FLOP/s, after warm-up steps) and the time spent in the
+// model's tensor-parallel collectives per step. scripts/bench_gpt.sh runs it beside a PyTorch
+// reference.
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "command.hpp"
+#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/parallel/tensor_parallel_ops.hpp"
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/trainer.hpp"
+#include "session.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+struct BenchTrainOptions {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::int64_t warmup = 2;
+  bool json = false;
+};
+BenchTrainOptions g_opt;
+
+// The train records of metrics.jsonl (one per step: the command sets logging.every_steps = 1).
+std::vector<nlohmann::json> train_records(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(str("cannot read ", path, " (written by this run's rank 0)"));
+  std::vector<nlohmann::json> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("type", "") == "train") out.push_back(std::move(j));
+  }
+  return out;
+}
+
+int run_bench_train(CommandContext& ctx) {
+  Config config = Config::load(g_opt.config);
+  for (const auto& assignment : g_opt.overrides) config.set(assignment);
+  // A benchmark measures steps: nothing else runs inside the loop, and every step is logged so
+  // that the warm-up steps can be left out.
+  for (const char* fixed :
+       {"logging.every_steps=1", "logging.progress=off", "eval.every_steps=0", "eval.at_end=false",
+        "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.at_end=false"}) {
+    config.set(fixed);
+  }
+  if (g_opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
+  const int tp = config.section("parallel").get<int>("tp", 1);
+  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be a positive integer"));
+  Session session = make_session(ctx, tp);
+  const std::string default_dir =
+      "runs/bench-" + std::filesystem::path(g_opt.config).stem().string();
+  train::Trainer trainer(
+      config, default_dir,
+      train::TrainEnvironment{ctx.runtime, *session.grid, session.device, session.comms}, "none");
+  const std::string run_dir = trainer.config().run.dir;
+  // metrics.jsonl is appended to (resumed runs continue it): start this run's afresh. Only rank
+  // 0 writes it, and only from run() on.
+  if (ctx.runtime.world_rank() == 0) std::filesystem::remove(run_dir + "/metrics.jsonl");
+  // Construction ran one forward pass to check the data against the model: count the steps only.
+  parallel::reset_tensor_parallel_comm_seconds();
+  const train::TrainOutcome outcome = trainer.run();
+  auto comm = torch::tensor({parallel::tensor_parallel_comm_seconds(),
+                             static_cast<double>(parallel::tensor_parallel_comm_calls())},
+                            torch::kDouble);
+  auto slowest = comm.narrow(0, 0, 1).clone();
+  auto& world = *session.comms.world;
+  world.all_reduce(comm, comm::ReduceOp::kSum);
+  world.all_reduce(slowest, comm::ReduceOp::kMax);
+  world.barrier();
+  if (ctx.runtime.world_rank() != 0) return outcome.exit_code;
+
+  nlohmann::json ledger;
+  std::ifstream(run_dir + "/ledger.json") >> ledger;
+  const auto records = train_records(run_dir + "/metrics.jsonl");
+  const auto steps = static_cast<std::int64_t>(records.size());
+  if (steps <= g_opt.warmup) {
+    throw ConfigError(str("bench train ran ", steps, " steps, not more than --warmup-steps = ",
+                          g_opt.warmup, ": raise run.max_steps"));
+  }
+  double seconds = 0;
+  for (std::int64_t i = g_opt.warmup; i < steps; ++i)
+    seconds += records[i]["step_time"].get<double>();
+  const double measured = static_cast<double>(steps - g_opt.warmup);
+  const double step_time = seconds / measured;
+  const double global_batch =
+      ledger["samples_trained"].get<double>() / ledger["steps"].get<double>();
+  const double tokens_per_sample = ledger["model"]["tokens_per_sample"].get<double>();
+  const double flops_per_sample = ledger["flops"]["train_per_sample"].get<double>();
+  const int world_size = ctx.runtime.world_size();
+  const auto c = comm.accessor<double, 1>();
+  nlohmann::ordered_json j{
+      {"benchmark", "train"},
+      {"config", g_opt.config},
+      {"model", ledger["model"]["name"]},
+      {"parameters", ledger["model"]["parameters"]},
+      {"world_size", world_size},
+      {"dp", session.grid->dp_size()},
+      {"tp", session.grid->tp_size()},
+      {"threads_per_rank", session.device.threads},
+      {"device", session.device.device},
+      {"global_batch", global_batch},
+      {"tokens_per_sample", tokens_per_sample},
+      {"steps", steps},
+      {"warmup_steps", g_opt.warmup},
+      {"step_time_s", step_time},
+      {"samples_per_s", global_batch / step_time},
+      {"tokens_per_s", global_batch * tokens_per_sample / step_time},
+      {"train_flops_per_sample", flops_per_sample},
+      {"flops_per_s", global_batch * flops_per_sample / step_time},
+      // Mean over ranks of each rank's seconds in tp collectives, per step (every step counted).
+      {"tp_comm_s_per_step", c[0] / world_size / static_cast<double>(steps)},
+      {"tp_comm_s_per_step_max_rank", slowest.item<double>() / static_cast<double>(steps)},
+      {"tp_collectives_per_step", c[1] / world_size / static_cast<double>(steps)},
+      {"first_loss", records.front()["loss"]},
+      {"last_loss", records.back()["loss"]},
+      {"run_dir", run_dir}};
+  if (g_opt.json) {
+    std::cout << j.dump() << std::endl;
+    return outcome.exit_code;
+  }
+  std::printf("# hpctrain bench train: %s, %s (%lld parameters)\n", g_opt.config.c_str(),
+              j["model"].get<std::string>().c_str(),
+              static_cast<long long>(j["parameters"].get<std::int64_t>()));
+  std::printf(
+      "# %d ranks (dp=%d x tp=%d), %d thread(s) per rank, global batch %.0f, %lld steps "
+      "(%lld warm-up steps not timed)\n",
+      world_size, session.grid->dp_size(), session.grid->tp_size(), session.device.threads,
+      global_batch, static_cast<long long>(steps), static_cast<long long>(g_opt.warmup));
+  std::printf("step time        %10.4f s\n", step_time);
+  std::printf("tokens/s         %10.0f\n", j["tokens_per_s"].get<double>());
+  std::printf("samples/s        %10.2f\n", j["samples_per_s"].get<double>());
+  std::printf("achieved FLOP/s  %10.3g  (%.3g per rank)\n", j["flops_per_s"].get<double>(),
+              j["flops_per_s"].get<double>() / world_size);
+  std::printf(
+      "tp comm / step   %10.4f s  (%.1f%% of a step; slowest rank %.4f s; %.0f "
+      "collectives)\n",
+      j["tp_comm_s_per_step"].get<double>(),
+      100.0 * j["tp_comm_s_per_step"].get<double>() / step_time,
+      j["tp_comm_s_per_step_max_rank"].get<double>(), j["tp_collectives_per_step"].get<double>());
+  std::printf("loss             %10.4f -> %.4f\n", j["first_loss"].get<double>(),
+              j["last_loss"].get<double>());
+  std::fflush(stdout);
+  return outcome.exit_code;
+}
+
+CommandRegistration reg(
+    "bench train",
+    "Steady-state training throughput (tokens/s, FLOP/s) and tensor-parallel communication time "
+    "per step of a config",
+    [](CLI::App& app) {
+      app.add_option("-c,--config", g_opt.config, "Run configuration (YAML)")
+          ->required()
+          ->check(CLI::ExistingFile);
+      app.add_option("--set", g_opt.overrides,
+                     "Override a config key (repeatable), e.g. --set run.max_steps=12");
+      app.add_option("--warmup-steps", g_opt.warmup, "Steps left out of the timing (default 2)");
+      app.add_flag("--json", g_opt.json, "Print one JSON object instead of the table");
+    },
+    run_bench_train);
+
+}  // namespace
+}  // namespace hpctrain::cli
