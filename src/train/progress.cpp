@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -10,12 +11,19 @@
 namespace hpctrain::train {
 
 RunLog::RunLog(bool active, const std::string& run_dir, const std::string& mode,
-               std::int64_t total_steps)
+               std::int64_t total_steps, bool fresh)
     : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   live_ = mode == "live" || (mode == "auto" && isatty(STDOUT_FILENO));
   off_ = mode == "off";
   const std::string path = run_dir + "/metrics.jsonl";
+  std::error_code ec;
+  if (fresh && std::filesystem::file_size(path, ec) > 0 && !ec) {
+    const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+    std::filesystem::rename(path, str(path, ".prev-", stamp), ec);
+  }
   metrics_.open(path, std::ios::app);
   if (!metrics_) {
     throw Error(str("cannot open ", path, " for appending: check that run.dir is writable"));

@@ -166,6 +166,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   m.total_steps = epoch_steps * cfg.run.epochs;
   if (cfg.run.max_steps > 0) m.total_steps = std::min(m.total_steps, cfg.run.max_steps);
 
+  if (resume == "none" && !checkpoint::list_checkpoints(cfg.run.dir).empty()) {
+    throw ConfigError(str("run.dir = ", cfg.run.dir,
+                          " already holds checkpoints; --resume none "
+                          "would start a new run over them. Resume it (--resume auto), or choose "
+                          "another run.dir"));
+  }
   m.config_text = config.dump();
   if (m.is_rank0()) {
     std::filesystem::create_directories(cfg.run.dir);
@@ -326,7 +332,8 @@ TrainOutcome Trainer::run() {
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
   auto& world = *m.env.comms.world;
-  RunLog runlog(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps);
+  RunLog runlog(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
+                /*fresh=*/m.state.step == 0);
   const int accumulation = cfg.optim.grad_accumulation;
 
   log::info(str("training ", m.model_name, " (", m.model->logical_parameter_count(),

@@ -14,9 +14,10 @@ namespace hpctrain::train {
 class RunLog {
  public:
   /// `active` is true on the rank that writes (world rank 0). `mode`: auto | live | plain | off.
-  /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file. Local.
-  RunLog(bool active, const std::string& run_dir, const std::string& mode,
-         std::int64_t total_steps);
+  /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file; a run starting
+  /// at step 0 (`fresh`) first moves an existing file aside to metrics.jsonl.prev-<time>. Local.
+  RunLog(bool active, const std::string& run_dir, const std::string& mode, std::int64_t total_steps,
+         bool fresh);
   ~RunLog();
 
   /// Appends one object to metrics.jsonl (adds "time", seconds since the epoch). Local.

@@ -38,4 +38,10 @@ expect_exit 0 "$TMP/skip.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set optim.on_nonfinite=skip
 expect_grep "skipping step 3: non-finite gradient norm" "$TMP/skip.txt"
 expect_grep "stopped after step 8: completed" "$TMP/skip.txt"
+
+# A new run (--resume none) over a run directory that holds checkpoints is refused: nothing lost.
+expect_exit 2 "$TMP/over.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/skip" --resume none
+expect_grep "already holds checkpoints" "$TMP/over.txt"
+[[ -d $TMP/skip/checkpoints/step_00000008 ]] || fail "the existing checkpoint was touched"
 finish
