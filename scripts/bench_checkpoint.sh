@@ -36,8 +36,8 @@ dd_mbps() {
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc) cores, $(df -hT "$dir" | awk 'NR==2 {print $2 " on " $1}'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# command: scripts/bench_checkpoint.sh (PARAMS=\"$params_list\" RANKS=\"$ranks_list\" REPEAT=$repeat DIR=$dir)"
 echo
-echo "| params | checkpoint MB | ranks (dp x tp) | writing | save s | save MB/s | dd MB/s | save / dd | blocked s | blocked / save | load MB/s | verify s |"
-echo "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| params | checkpoint MB | ranks (dp x tp) | writing | save s | save MB/s | dd MB/s | save / dd | blocked s (copy s) | blocked / save | without copy | load MB/s | verify s |"
+echo "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for params in $params_list; do
   for ranks in $ranks_list; do
     for mode in sync background; do
@@ -58,7 +58,8 @@ dd, mode = float(sys.argv[2]), sys.argv[3]
 for r in j["rows"]:
     print(f"| {r['params'] / 1e6:g}M | {r['bytes'] / 1e6:.1f} | {j['world_size']} ({j['dp']} x {j['tp']}) "
           f"| {mode} | {r['save_s']:.2f} | {r['save_mb_per_s']:.1f} | {dd:.1f} "
-          f"| {r['save_mb_per_s'] / dd:.2f} | {r['blocked_s']:.3f} | {100 * r['blocked_fraction']:.1f}% "
+          f"| {r['save_mb_per_s'] / dd:.2f} | {r['blocked_s']:.3f} ({r['copy_s']:.3f}) "
+          f"| {100 * r['blocked_fraction']:.1f}% | {100 * r['blocked_without_copy_fraction']:.1f}% "
           f"| {r['load_mb_per_s']:.0f} | {r['verify_s']:.2f} |")
 PY
     done

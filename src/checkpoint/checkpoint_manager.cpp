@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -148,7 +149,14 @@ void CheckpointManager::Impl::copy_tensors(std::vector<TensorRecord>& records) {
         buffer.scalar_type() != r.local.scalar_type()) {
       buffer = torch::empty(r.local.sizes(), r.local.options().device(torch::kCPU));
     }
-    buffer.copy_(r.local.detach());
+    const torch::Tensor source = r.local.detach();
+    if (source.is_cpu() && source.is_contiguous()) {
+      // glibc's memcpy (non-temporal stores for large sizes) runs about twice as fast as
+      // Tensor::copy_ here, and this copy is what the training loop waits for.
+      std::memcpy(buffer.data_ptr(), source.data_ptr(), source.nbytes());
+    } else {
+      buffer.copy_(source);
+    }
     r.local = buffer;
   }
 }
@@ -280,9 +288,12 @@ void CheckpointManager::save(SaveContent content) {
                                   MPI_UINT8_T, 0, m.world));
     job.rng_bytes = rng_bytes;
   }
+  m.last_copy_seconds = 0;
   if (writer) {
     if (content.copy) {
+      const auto copy_started = Clock::now();
       m.copy_tensors(content.tensors);
+      m.last_copy_seconds = seconds_since(copy_started);
     } else {
       for (TensorRecord& r : content.tensors) r.local = r.local.contiguous();
     }
@@ -315,6 +326,10 @@ double CheckpointManager::last_save_seconds() const {
 
 double CheckpointManager::last_blocking_seconds() const {
   return impl_->last_blocking_seconds;
+}
+
+double CheckpointManager::last_copy_seconds() const {
+  return impl_->last_copy_seconds;
 }
 
 std::int64_t CheckpointManager::last_save_bytes() const {

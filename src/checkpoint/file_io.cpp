@@ -97,6 +97,13 @@ void sync_fd(int fd, const std::string& path) {
   if (::fsync(fd) != 0) fail("fsync of", path, errno);
 }
 
+void drop_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 void sync_path(const std::string& path) {
   Fd fd = open_file(path, O_RDONLY);
   sync_fd(fd.get(), path);

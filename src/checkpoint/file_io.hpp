@@ -35,6 +35,10 @@ void write_at(int fd, const void* data, std::size_t bytes, off_t offset, const s
 void read_at(int fd, void* data, std::size_t bytes, off_t offset, const std::string& path);
 /// fsync(2) of an open descriptor. Local.
 void sync_fd(int fd, const std::string& path);
+/// Asks the kernel to drop the (clean: fsynced) pages of `path` from the page cache, so that a
+/// checkpoint does not evict what training reads, and its freed pages serve the next save.
+/// Best effort. Local.
+void drop_cache(const std::string& path);
 /// Opens `path` (file or directory) read-only and fsyncs it. Local.
 void sync_path(const std::string& path);
 /// The whole file as a string; throws naming `path` (and `what`) when it cannot be read. Local.

@@ -42,6 +42,7 @@ struct CheckpointManager::Impl {
 
   double last_save_seconds = 0;
   double last_blocking_seconds = 0;
+  double last_copy_seconds = 0;
   std::int64_t last_bytes = 0;
   std::string last_path;
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "file_io.hpp"
 #include "h5_store.hpp"
@@ -33,6 +34,22 @@ using Layout =
 
 constexpr int kTagLayout = 71;
 constexpr int kTagDone = 72;
+
+// Seconds spent in each phase of a save, for the debug log and benchmarks.
+class PhaseTimer {
+ public:
+  void mark(const char* phase) {
+    const auto now = Clock::now();
+    text_ += str(text_.empty() ? "" : ", ", phase, " ",
+                 format_seconds(std::chrono::duration<double>(now - last_).count()));
+    last_ = now;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  Clock::time_point last_ = Clock::now();
+  std::string text_;
+};
 
 std::string utc_now() {
   std::time_t now = std::time(nullptr);
@@ -82,8 +99,10 @@ std::map<std::string, std::vector<h5::DatasetSpec>> dataset_specs(const SaveCont
 }
 
 // Writes this rank's slab of every record into the files at the offsets world rank 0 created,
-// then fsyncs them. Replicated records are written by tp rank 0 alone.
-void write_slabs(const JobContext& ctx, const SaveJob& job, const Layout& layout) {
+// and returns the files, still open (the caller fsyncs them). Replicated records are written by
+// tp rank 0 alone.
+std::map<std::string, io::Fd> write_slabs(const JobContext& ctx, const SaveJob& job,
+                                          const Layout& layout) {
   fail_point("write", ctx.world_rank);
   std::map<std::string, io::Fd> files;
   for (const TensorRecord& r : job.content.tensors) {
@@ -107,7 +126,11 @@ void write_slabs(const JobContext& ctx, const SaveJob& job, const Layout& layout
     if (fd == files.end()) fd = files.emplace(loc.file, io::open_file(path, O_WRONLY)).first;
     slab::write_slab(fd->second.get(), path, it->second, r.local, g);
   }
-  for (auto& [file, fd] : files) io::sync_fd(fd.get(), job.tmp_dir + "/" + file);
+  return files;
+}
+
+void sync_files(const std::map<std::string, io::Fd>& files, const std::string& dir) {
+  for (const auto& [file, fd] : files) io::sync_fd(fd.get(), dir + "/" + file);
 }
 
 nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
@@ -219,11 +242,11 @@ void apply_retention(const JobContext& ctx, const SaveJob& job) {
 }
 
 // World rank 0 after every writer reported success: small files, checksums, manifest, commit.
-JobResult commit(const JobContext& ctx, SaveJob& job, const std::vector<std::string>& data_files,
-                 std::string& digest_buffer) {
+JobResult commit(const JobContext& ctx, SaveJob& job, std::map<std::string, FileDigest> digests,
+                 std::string& digest_buffer, PhaseTimer& timer) {
   JobResult result;
   fail_point("commit", ctx.world_rank);
-  std::vector<std::string> files = data_files;
+  std::vector<std::string> files;
   if (job.rng_bytes > 0) {
     const std::string path = job.tmp_dir + "/rng.h5";
     h5::write_rng_file(path, job.rng_states, ctx.world_size, job.rng_bytes, job.content.step);
@@ -234,41 +257,49 @@ JobResult commit(const JobContext& ctx, SaveJob& job, const std::vector<std::str
     io::write_file_synced(job.tmp_dir + "/config.yaml", job.content.config_text);
     files.push_back("config.yaml");
   }
-  std::map<std::string, FileDigest> digests;
-  for (const std::string& f : files) {
-    digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
-    result.bytes += static_cast<std::int64_t>(digests[f].bytes);
+  for (const std::string& f : files) digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
+  for (const auto& [name, digest] : digests) {
+    result.bytes += static_cast<std::int64_t>(digest.bytes);
+    io::drop_cache(job.tmp_dir + "/" + name);  // fsynced and checksummed: clean pages
   }
+  timer.mark("small files");
   crash_point("after-data");
   const std::string manifest = seal_manifest(manifest_of(ctx, job, digests));
   io::write_file_synced(job.tmp_dir + "/" + kManifestFile, manifest);
   io::sync_path(job.tmp_dir);
   result.bytes += static_cast<std::int64_t>(manifest.size());
+  timer.mark("manifest");
   crash_point("after-manifest");
   install(job);
   const std::string root = checkpoints_dir(ctx.run_dir);
   io::sync_path(root);
+  timer.mark("rename");
   crash_point("after-rename");
   io::replace_file(root + "/" + kLatestFile,
                    std::filesystem::path(job.final_dir).filename().string() + "\n",
                    kTempMarker + job.unique);
+  timer.mark("latest");
   crash_point("after-latest");
   apply_retention(ctx, job);
+  timer.mark("retention");
   result.path = job.final_dir;
   return result;
 }
 
 JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buffer) {
   JobResult result;
+  PhaseTimer timer;
   std::string error;
   Layout layout;
   std::vector<std::string> data_files;
   try {
     remove_stale(checkpoints_dir(ctx.run_dir), job.unique);
+    timer.mark("stale removal");
     for (const auto& [file, specs] : dataset_specs(job.content)) {
       layout[file] = h5::create_tensor_file(job.tmp_dir + "/" + file, specs, job.content.step);
       data_files.push_back(file);
     }
+    timer.mark("create");
     crash_point("after-create");
   } catch (const std::exception& e) {
     error = error_text(e);
@@ -277,20 +308,48 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
     const std::string message = nlohmann::json{{"error", error}, {"layout", layout}}.dump();
     for (int r = 1; r < ctx.tp_size; ++r) mpi::send_text(ctx.tp_comm, r, kTagLayout, message);
   }
+  std::map<std::string, io::Fd> own;
   if (error.empty()) {
     try {
-      write_slabs(ctx, job, layout);
+      own = write_slabs(ctx, job, layout);
     } catch (const std::exception& e) {
       error = error_text(e);
     }
   }
+  timer.mark("write");
   for (int r = 1; r < ctx.tp_size; ++r) {
     const std::string done = mpi::recv_text(ctx.tp_comm, r, kTagDone);
     if (!done.empty() && error.empty()) error = writer_error(r, done);
   }
+  if (ctx.tp_size > 1) timer.mark("other writers");
+  std::map<std::string, FileDigest> digests;
+  if (error.empty()) {
+    // Every slab is written: checksum the files (from the page cache) on a second thread while
+    // this one waits for its fsync.
+    std::string digest_error;
+    std::thread hasher([&] {
+      try {
+        for (const std::string& f : data_files) {
+          digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
+        }
+      } catch (const std::exception& e) {
+        digest_error = error_text(e);
+      }
+    });
+    try {
+      sync_files(own, job.tmp_dir);
+    } catch (const std::exception& e) {
+      error = error_text(e);
+    }
+    hasher.join();
+    if (error.empty()) error = digest_error;
+    timer.mark("fsync + checksums");
+  }
+  own.clear();
   if (error.empty()) {
     try {
-      result = commit(ctx, job, data_files, digest_buffer);
+      result = commit(ctx, job, std::move(digests), digest_buffer, timer);
+      result.phases = timer.text();
     } catch (const std::exception& e) {
       error = error_text(e);
     }
@@ -314,7 +373,7 @@ JobResult run_writer(const JobContext& ctx, SaveJob& job) {
     error = "could not parse the layout message from world rank 0 (internal error)";
   } else if (message.value("error", std::string()).empty()) {
     try {
-      write_slabs(ctx, job, message.at("layout").get<Layout>());
+      sync_files(write_slabs(ctx, job, message.at("layout").get<Layout>()), job.tmp_dir);
     } catch (const std::exception& e) {
       error = error_text(e);
     }
@@ -338,6 +397,7 @@ JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_
                   format_seconds(result.seconds), " (",
                   format_bytes(static_cast<double>(result.bytes) / std::max(result.seconds, 1e-9)),
                   "/s)"));
+    log::debug(str("checkpoint phases: ", result.phases));
   }
   return result;
 }

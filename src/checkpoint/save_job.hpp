@@ -47,6 +47,7 @@ struct JobResult {
   double seconds = 0;
   std::int64_t bytes = 0;
   std::string path;
+  std::string phases;  ///< world rank 0: seconds per phase ("create 0.002 s, write ..."), for -v
 };
 
 /// Runs this rank's part of `job`: nothing on ranks with dp_rank > 0; writing its slabs on the

@@ -90,6 +90,7 @@ struct Row {
   std::int64_t bytes = 0;
   double save_s = 0;     // median end to end, slowest rank
   double blocked_s = 0;  // median time save() blocked, slowest rank
+  double copy_s = 0;     // median part of it spent copying the live tensors, slowest rank
   double load_s = 0;     // median
   double verify_s = 0;   // resolve(): rank 0 reads and checksums every file
 };
@@ -109,7 +110,7 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
   checkpoint::CheckpointManager manager(run_dir, grid, {}, options);
   // The live model the "training loop" holds; save() copies it into buffers the manager reuses.
   auto live = make_model(params, grid.tp_rank(), grid.tp_size());
-  std::vector<double> save, blocked, load, verify;
+  std::vector<double> save, blocked, copy, load, verify;
   for (int i = 0; i <= g_opt.repeat; ++i) {  // i = 0: warm-up (allocates the copy buffers)
     checkpoint::SaveContent content;
     content.step = i + 1;
@@ -123,6 +124,7 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
     const double s = since(start);
     if (i == 0) continue;
     blocked.push_back(max_over_ranks(b, world));
+    copy.push_back(max_over_ranks(manager.last_copy_seconds(), world));
     save.push_back(max_over_ranks(s, world));
   }
   row.bytes = manager.last_save_bytes();
@@ -145,6 +147,7 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
   }
   row.save_s = median(save);
   row.blocked_s = median(blocked);
+  row.copy_s = median(copy);
   row.load_s = median(load);
   row.verify_s = median(verify);
   return row;
@@ -179,6 +182,8 @@ int run_bench_checkpoint(CommandContext& ctx) {
                          {"save_mb_per_s", static_cast<double>(r.bytes) / r.save_s / 1e6},
                          {"blocked_s", r.blocked_s},
                          {"blocked_fraction", r.blocked_s / r.save_s},
+                         {"copy_s", r.copy_s},
+                         {"blocked_without_copy_fraction", (r.blocked_s - r.copy_s) / r.save_s},
                          {"load_s", r.load_s},
                          {"load_mb_per_s", static_cast<double>(r.bytes) / r.load_s / 1e6},
                          {"verify_s", r.verify_s}});

@@ -113,6 +113,8 @@ class CheckpointManager {
   double last_save_seconds() const;
   /// Seconds the last save() blocked its caller (including the copy when content.copy). Local.
   double last_blocking_seconds() const;
+  /// Seconds of last_blocking_seconds() spent copying the tensors (content.copy; else 0). Local.
+  double last_copy_seconds() const;
   /// Bytes of the last committed checkpoint (all its files), after wait(). Local.
   std::int64_t last_save_bytes() const;
   /// Directory of the last committed checkpoint (empty before the first), after wait(). Local.
