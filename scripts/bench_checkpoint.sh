@@ -22,15 +22,19 @@ mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$dir/dd.bin"' EXIT
 
-# dd_mbps BYTES: MB/s of dd writing BYTES (4 MiB blocks) with fsync before it exits.
+# dd_mbps BYTES: MB/s of dd writing BYTES (4 MiB blocks) with fsync before it exits; the median
+# of 3 runs (this filesystem's speed varies from run to run).
 dd_mbps() {
   local count=$((($1 + 4194303) / 4194304))
-  local start end
-  start=$(date +%s.%N)
-  dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$count" conv=fsync status=none
-  end=$(date +%s.%N)
-  rm -f "$dir/dd.bin"
-  "$py" -c "print(f'{$count * 4194304 / ($end - $start) / 1e6:.1f}')"
+  local runs=() start end
+  for _ in 1 2 3; do
+    start=$(date +%s.%N)
+    dd if=/dev/zero of="$dir/dd.bin" bs=4M count="$count" conv=fsync status=none
+    end=$(date +%s.%N)
+    rm -f "$dir/dd.bin"
+    runs+=("$("$py" -c "print($count * 4194304 / ($end - $start) / 1e6)")")
+  done
+  printf '%s\n' "${runs[@]}" | sort -g | sed -n 2p
 }
 
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc) cores, $(df -hT "$dir" | awk 'NR==2 {print $2 " on " $1}'), load average $(cut -d' ' -f1-3 /proc/loadavg)"

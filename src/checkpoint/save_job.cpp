@@ -279,6 +279,9 @@ JobResult commit(const JobContext& ctx, SaveJob& job, std::map<std::string, File
                    std::filesystem::path(job.final_dir).filename().string() + "\n",
                    kTempMarker + job.unique);
   timer.mark("latest");
+  // Committed: that is what "save time" means; retention's deletions follow (wait() waits for
+  // them too).
+  result.seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
   crash_point("after-latest");
   apply_retention(ctx, job);
   timer.mark("retention");
@@ -317,34 +320,34 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
     }
   }
   timer.mark("write");
+  // This rank's fsync runs on a second thread while the other writers finish and, once every
+  // slab is written, while this thread checksums the files (from the page cache).
+  std::string sync_error;
+  std::thread syncer([&] {
+    try {
+      sync_files(own, job.tmp_dir);
+    } catch (const std::exception& e) {
+      sync_error = error_text(e);
+    }
+  });
   for (int r = 1; r < ctx.tp_size; ++r) {
     const std::string done = mpi::recv_text(ctx.tp_comm, r, kTagDone);
     if (!done.empty() && error.empty()) error = writer_error(r, done);
   }
   if (ctx.tp_size > 1) timer.mark("other writers");
   std::map<std::string, FileDigest> digests;
-  if (error.empty()) {
-    // Every slab is written: checksum the files (from the page cache) on a second thread while
-    // this one waits for its fsync.
-    std::string digest_error;
-    std::thread hasher([&] {
-      try {
-        for (const std::string& f : data_files) {
-          digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
-        }
-      } catch (const std::exception& e) {
-        digest_error = error_text(e);
+  try {
+    if (error.empty()) {
+      for (const std::string& f : data_files) {
+        digests[f] = digest_file(job.tmp_dir + "/" + f, digest_buffer);
       }
-    });
-    try {
-      sync_files(own, job.tmp_dir);
-    } catch (const std::exception& e) {
-      error = error_text(e);
     }
-    hasher.join();
-    if (error.empty()) error = digest_error;
-    timer.mark("fsync + checksums");
+  } catch (const std::exception& e) {
+    error = error_text(e);
   }
+  syncer.join();
+  if (error.empty()) error = sync_error;
+  timer.mark("fsync + checksums");
   own.clear();
   if (error.empty()) {
     try {
@@ -390,7 +393,9 @@ JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_
   if (ctx.dp_rank == 0) {
     result = ctx.tp_rank == 0 ? run_rank0(ctx, job, digest_buffer) : run_writer(ctx, job);
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
+  if (result.seconds == 0) {
+    result.seconds = std::chrono::duration<double>(Clock::now() - job.started).count();
+  }
   if (ctx.world_rank == 0 && result.error.empty()) {
     log::info(str("checkpoint ", std::filesystem::path(result.path).filename().string(),
                   " saved: ", format_bytes(static_cast<double>(result.bytes)), " in ",

@@ -108,8 +108,9 @@ class CheckpointManager {
   /// Waits for a background save to be committed; rethrows its error (CheckpointError) on every
   /// rank. A failed save leaves nothing a loader would take. Collective over the world.
   void wait();
-  /// Seconds the last complete save took end to end, from save() to the commit (0 before the
-  /// first). Known on every rank after wait() or the next save(). Local.
+  /// Seconds the last complete save took, from save() to the commit (`latest` replaced; the
+  /// deletions of retention follow). 0 before the first. Known on every rank after wait() or the
+  /// next save(). Local.
   double last_save_seconds() const;
   /// Seconds the last save() blocked its caller (including the copy when content.copy). Local.
   double last_blocking_seconds() const;
