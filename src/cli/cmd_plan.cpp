@@ -307,14 +307,13 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanOptions& o,
   in.eval_utilization = o.eval_utilization;
   check["config"] = config_path.string();
   check["train_samples"] = {{"planned", in.train_samples}, {"ledger", cal.samples_trained}};
-  const ComputePlan flops_only = train::make_plan(in);
-  check["train_flops"] = {
-      {"planned", flops_only.train_flops},
-      {"ledger", cal.train_flops},
-      {"error", train::relative_error(flops_only.train_flops, cal.train_flops)}};
+  const ComputePlan assumed = train::make_plan(in);
+  check["train_flops"] = {{"planned", assumed.train_flops},
+                          {"ledger", cal.train_flops},
+                          {"error", train::relative_error(assumed.train_flops, cal.train_flops)}};
   if (peak_flops > 0) {
     // The estimate a user would have had before the run: the assumed utilisation.
-    const double predicted = flops_only.train_wall_s;
+    const double predicted = assumed.train_wall_s;
     check["assumed_utilization_train_wall_s"] = {
         {"predicted", predicted},
         {"actual", cal.train_wall_s},
@@ -384,6 +383,14 @@ class Table {
   };
   std::vector<Row> rows_;
 };
+
+// "+12.3%" for a relative error of 0.123 ("+0.0%", never "-0.0%").
+std::string percent_text(double fraction) {
+  char buf[32];
+  const double pct = std::round(fraction * 1000) / 10;
+  std::snprintf(buf, sizeof buf, "%+.1f%%", pct == 0 ? 0.0 : pct);
+  return buf;
+}
 
 // "(2 h 03 min)" next to a value in seconds; nothing where the seconds say it already.
 std::string human_seconds(double s) {
@@ -557,12 +564,12 @@ int run_plan(CommandContext& ctx) {
         const auto& a = check["assumed_utilization_train_wall_s"];
         t.row("its training time at the assumed utilization", a["predicted"].get<double>(), "s",
               str("(actual ", number_text(a["actual"].get<double>()), " s, error ",
-                  number_text(std::round(a["error"].get<double>() * 1000) / 10), "%)"));
+                  percent_text(a["error"].get<double>()), ")"));
       }
       const auto& cw = check["calibrated_total_wall_s"];
       t.row("its total time, calibrated", cw["predicted"].get<double>(), "s",
             str("(actual ", number_text(cw["actual"].get<double>()), " s, error ",
-                number_text(std::round(cw["error"].get<double>() * 1000) / 10), "%)"));
+                percent_text(cw["error"].get<double>()), ")"));
     } else if (check.contains("skipped")) {
       t.text("check against that run", str("skipped: ", check["skipped"].get<std::string>()));
     }

@@ -26,12 +26,13 @@ eval: {every_steps: 0, at_end: true, batch_size: 1000, max_samples: 2000}
 checkpoint: {every_steps: 0, at_end: false}
 logging: {every_steps: 100, progress: plain}
 EOF
-expect_exit 0 "$TMP/train1.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/mlp.yaml" || finish
+expect_exit 0 "$TMP/train1.txt" mpirun_np 2 "$HPCTRAIN_BIN" --threads 1 train -c "$TMP/mlp.yaml" \
+  || finish
 # These runs take a few seconds on an idle 2-core machine (~20 s with the reference BLAS). When the
 # first took far longer, other work owns the cores: the runs would measure that work and run 2
 # would hit expect_exit's 120 s guard. Say so and skip rather than pass or fail on noise.
-run1_s=$($PY -c 'import json, sys; print(round(json.load(open(sys.argv[1]))["wall_seconds"]["total"]))' \
-  "$TMP/run1/ledger.json")
+total='import json, sys; print(round(json.load(open(sys.argv[1]))["wall_seconds"]["total"]))'
+run1_s=$($PY -c "$total" "$TMP/run1/ledger.json")
 if ((run1_s > 45 && FAILURES == 0)); then
   echo "SKIPPED: $steps steps took $run1_s s (load average $(cut -d' ' -f1-3 /proc/loadavg)):" \
     "this machine is too busy to time runs"
@@ -44,13 +45,14 @@ expect_exit 0 "$TMP/plan.json" "$HPCTRAIN_BIN" plan -c "$TMP/mlp.yaml" \
   --peak-flops 1e11 --json || finish
 expect_exit 0 "$TMP/plan.txt" "$HPCTRAIN_BIN" plan -c "$TMP/mlp.yaml" \
   --set run.max_steps=$((2 * steps)) --calibrate "$TMP/run1" --peak-flops 1e11
-expect_grep "^calibration: $TMP/run1 \(mlp, 2 ranks x 1 threads, cpu, $steps steps\)" "$TMP/plan.txt"
+expect_grep "^calibration: $TMP/run1 \(mlp, 2 ranks x 1 threads, cpu, $steps steps\)" \
+  "$TMP/plan.txt"
 expect_grep "its total time, calibrated .*error" "$TMP/plan.txt"
 
-expect_exit 0 "$TMP/train2.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/mlp.yaml" \
+expect_exit 0 "$TMP/train2.txt" mpirun_np 2 "$HPCTRAIN_BIN" --threads 1 train -c "$TMP/mlp.yaml" \
   --set run.dir="$TMP/run2" --set run.max_steps=$((2 * steps)) || finish
 # Run 1 again: how much two identical runs differ here is the noise floor of this machine.
-expect_exit 0 "$TMP/train3.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/mlp.yaml" \
+expect_exit 0 "$TMP/train3.txt" mpirun_np 2 "$HPCTRAIN_BIN" --threads 1 train -c "$TMP/mlp.yaml" \
   --set run.dir="$TMP/run3" || finish
 
 $PY - "$TMP/plan.json" "$TMP/run1" "$TMP/run2" "$TMP/run3" "$steps" "$tolerance" <<'PY'
@@ -85,7 +87,8 @@ loop = lambda run: run["wall_seconds"]["train_loop"]
 train_err = t["train_wall_s"] / loop(run2) - 1
 total_err = t["total_wall_s"] / run2["wall_seconds"]["total"] - 1
 noise = loop(run3) / loop(run1) - 1
-print(f"run 1: {steps} steps, training {loop(run1):.2f} s, total {run1['wall_seconds']['total']:.2f} s")
+print(f"run 1: {steps} steps, training {loop(run1):.2f} s, "
+      f"total {run1['wall_seconds']['total']:.2f} s")
 print(f"run 1 again: training {loop(run3):.2f} s ({100 * noise:+.1f}%); slowest 100-step "
       f"interval {100 * spread:.0f}% slower than the fastest")
 print(f"run 2: {2 * steps} steps, training predicted {t['train_wall_s']:.2f} s, measured "

@@ -73,7 +73,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["model"]["forward_flops_per_sample"] == 495038 and j["model"]["parameters"] == 247766, j
 w = j["workload"]
-assert w["epochs"] == 2 and w["steps"] == 2 * (60000 // 64) and w["train_samples"] == 2 * 937 * 64, w
+assert w["epochs"] == 2 and w["steps"] == 2 * (60000 // 64), w
+assert w["train_samples"] == 2 * 937 * 64, w
 assert j["flops"]["train"] == 3 * 495038 * w["train_samples"], j["flops"]
 assert w["eval_passes"] == 1874 // 200 + 1, w
 assert abs(j["time"]["train_wall_s"] - j["flops"]["train"] / (1e11 * 0.4)) < 1e-6, j["time"]
