@@ -45,7 +45,7 @@ hpctrain_run() {  # hpctrain_run OUT DP TP
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc) cores ($cpu), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc --all) cores ($cpu), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# command: scripts/bench_gpt.sh $config (STEPS=$steps WARMUP=$warmup GLOBAL_BATCH=$global_batch ROUNDS=$rounds)"
 echo "# 2 ranks x 1 thread, global batch $global_batch sequences, $steps steps of which the first $warmup are not timed"
 echo

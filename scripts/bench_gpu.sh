@@ -9,8 +9,9 @@
 #   scripts/bench_gpu.sh --peak-flops 989e12     # or given (FLOP/s, dense bf16)
 #   STEPS=300 WARMUP=50 BATCH=32 BUILD_DIR=build-cuda scripts/bench_gpu.sh
 #
-# Environment: TORCH_DIR (a LibTorch cmake prefix; default from python's torch.utils), PYTHON
-# (default python3), CONFIG, STEPS, WARMUP, BATCH (sequences per step), BUILD_DIR, SKIP_BUILD=1.
+# Environment: TORCH_DIR (a LibTorch cmake prefix; default from python's torch.utils), NCCL_ROOT
+# (default: pip's nvidia-nccl wheel if present), PYTHON (default python3), CONFIG, STEPS, WARMUP,
+# BATCH (sequences per step), BUILD_DIR (default build-cuda), SKIP_BUILD=1 (reuse the build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 peak=""
@@ -55,9 +56,19 @@ fi
 if [[ ${SKIP_BUILD:-0} != 1 ]]; then
   torch_dir=${TORCH_DIR:-$("$python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')}
   [[ -d $torch_dir ]] || { echo "bench_gpu.sh: no LibTorch cmake prefix at '$torch_dir' (pip install torch, or set TORCH_DIR)" >&2; exit 1; }
-  echo "# building $build_dir against $torch_dir (CUDA LibTorch), NCCL on" >&2
+  # NCCL: NCCL_ROOT if set, else the nvidia-nccl wheel that pip's torch depends on, else the
+  # CUDA toolkit's default prefix (CMake's search).
+  nccl_root=${NCCL_ROOT:-$("$python" -c 'import os, nvidia.nccl as n; print(os.path.dirname(n.__file__))' 2>/dev/null || true)}
+  nccl_args=()
+  if [[ -n $nccl_root ]]; then
+    nccl_args=(-DNCCL_ROOT="$nccl_root")
+    # The wheel ships only libnccl.so.2, which find_library(NAMES nccl) does not match.
+    nccl_lib=$(find "$nccl_root/lib" -maxdepth 1 -name 'libnccl.so*' 2>/dev/null | sort | head -1)
+    [[ -n $nccl_lib ]] && nccl_args+=(-DNCCL_LIBRARY="$nccl_lib" -DNCCL_INCLUDE_DIR="$nccl_root/include")
+  fi
+  echo "# building $build_dir against $torch_dir (CUDA LibTorch), NCCL on${nccl_root:+ ($nccl_root)}" >&2
   BUILD_DIR=$build_dir ./scripts/build.sh -DCMAKE_PREFIX_PATH="$torch_dir" -DTorch_DIR="$torch_dir/Torch" \
-    -DHPCTRAIN_WITH_NCCL=ON -DHPCTRAIN_BUILD_TESTS=OFF >&2
+    -DHPCTRAIN_WITH_NCCL=ON -DHPCTRAIN_BUILD_TESTS=OFF "${nccl_args[@]}" >&2
 fi
 bin=$build_dir/bin/hpctrain
 [[ -x $bin ]] || { echo "bench_gpu.sh: no binary at $bin" >&2; exit 1; }

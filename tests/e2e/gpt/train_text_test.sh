@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # prepare text on a real corpus (Debian's fortunes), then configs/gpt-tiny-tp2.yaml on 2 ranks
 # (dp=1 x tp=2), shortened: the loss falls, periodic evaluation reports loss and perplexity in
-# the log and in metrics.jsonl, and the ledger counts tokens.
+# the log and in metrics.jsonl, and the ledger counts tokens. Then the tp=2 checkpoint is
+# resharded on load: `hpctrain eval` at tp=1 (1 rank), tp=2 (2 ranks) and tp=4 (4 ranks) gives
+# the evaluation loss of training's last periodic evaluation (bit for bit at tp=2, the grid it
+# was trained on; within float32 rounding of the differently split matmuls at tp=1 and 4).
 source "$(dirname "$0")/../lib.sh"
 
 fortunes=/usr/share/games/fortunes
@@ -21,7 +24,7 @@ expect_exit 0 "$TMP/train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
   --set run.dir="$run" --set run.max_steps=30 --set data.batch_size=4 \
   --set schedule.warmup_steps=5 --set optim.lr=0.003 --set eval.every_steps=15 \
   --set eval.max_samples=16 --set logging.every_steps=1 --set logging.progress=plain \
-  --set checkpoint.at_end=false
+  --set checkpoint.at_end=true
 expect_grep "on dp=1 x tp=2" "$TMP/train.txt"
 expect_grep "eval at step 15: loss [0-9.]+, perplexity [0-9.]+, token accuracy" "$TMP/train.txt"
 expect_grep "eval at step 30: loss [0-9.]+, perplexity [0-9.]+" "$TMP/train.txt"
@@ -49,5 +52,29 @@ assert ledger["grid"] == {**ledger["grid"], "dp": 1, "tp": 2}, ledger["grid"]
 assert ledger["model"]["tokens_per_sample"] == 128, ledger["model"]
 assert ledger["throughput"]["train_tokens_per_s"] > 0, ledger["throughput"]
 print("eval perplexity", [round(r["perplexity"], 2) for r in evals])
+PY
+
+ckpt=$run/checkpoints/step_00000030
+[[ -d $ckpt ]] || fail "no checkpoint at step 30"
+for tp in 1 2 4; do
+  launch=("$HPCTRAIN_BIN")
+  ((tp > 1)) && launch=(mpirun_np "$tp" "$HPCTRAIN_BIN")
+  expect_exit 0 "$TMP/eval_tp$tp.txt" "${launch[@]}" eval --checkpoint "$ckpt" --tp "$tp" \
+    --results "$TMP/eval_tp$tp"
+  expect_grep "eval step 30 \\(val\\): loss [0-9.]+" "$TMP/eval_tp$tp.txt"
+done
+$PY - "$run" "$TMP" <<'PY' || fail "the tp=2 checkpoint evaluates differently at another tp"
+import json, sys
+run, tmp = sys.argv[1:]
+periodic = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if r["type"] == "eval"][-1]
+assert periodic["step"] == 30, periodic
+for tp in (1, 2, 4):
+    r = json.load(open(f"{tmp}/eval_tp{tp}/step_00000030.json"))
+    assert r["samples"] == periodic["samples"] and r["count"] == periodic["count"], (tp, r)
+    if tp == 2:
+        assert r["loss"] == periodic["loss"], (r["loss"], periodic["loss"])   # the same grid
+    assert abs(r["loss"] - periodic["loss"]) < 1e-5 * periodic["loss"], (tp, r["loss"], periodic["loss"])
+    assert abs(r["perplexity"] - periodic["perplexity"]) < 1e-4 * periodic["perplexity"], (tp, r)
+    print(f"tp={tp}: eval loss {r['loss']!r} (training's periodic eval at tp=2: {periodic['loss']!r})")
 PY
 finish
