@@ -4,9 +4,11 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "eval_collectives.hpp"
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/prefetcher.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -42,6 +44,25 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   model.eval();
   auto device =
       model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device();
+  const bool cuda = device.is_cuda();
+  // Autocast is thread state: on for the forward pass only, off again whatever happens.
+  auto set_autocast = [&](bool on) {
+    if (!options.bf16) return;
+    if (cuda) {
+      compat::set_cuda_autocast(on, torch::kBFloat16);
+    } else {
+      compat::set_cpu_autocast(on, torch::kBFloat16);
+    }
+  };
+  // Each rank's batches are one contiguous block of canonical batches: read with one hyperslab
+  // each, `prefetch` ahead on a background thread so reading overlaps the forward passes.
+  auto produce = [&](std::int64_t i, data::Batch& out) {
+    const std::int64_t b = first + i;
+    if (b >= last) return false;
+    out = dataset.read_range(b * options.batch_size, std::min(n, (b + 1) * options.batch_size));
+    return true;
+  };
+  data::Prefetcher reader(produce, std::max(0, options.prefetch));
   bool interrupted = false;
   {
     torch::InferenceMode inference;
@@ -52,33 +73,30 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
       }
       const std::int64_t b = first + slot;
       if (b >= last) continue;
-      std::vector<std::int64_t> indices;
-      for (std::int64_t i = b * options.batch_size; i < std::min(n, (b + 1) * options.batch_size);
-           ++i) {
-        indices.push_back(i);
-      }
-      data::Batch batch = dataset.read(indices);
+      data::Batch batch;
+      if (!reader.next(batch))
+        throw Error(str("evaluation batch ", b, " was not read (internal error)"));
       auto inputs = batch.inputs.to(device);
       auto targets = batch.targets.to(device);
-      if (options.bf16) compat::set_cpu_autocast(true, torch::kBFloat16);
+      set_autocast(true);
       model::LossOutput out;
       try {
         auto outputs = model.forward(inputs);
-        if (options.bf16) compat::set_cpu_autocast(false, torch::kBFloat16);
+        set_autocast(false);
         out = model.loss(outputs, targets);
       } catch (...) {
-        if (options.bf16) compat::set_cpu_autocast(false, torch::kBFloat16);
+        set_autocast(false);
         throw;
       }
       if (options.bf16) compat::clear_autocast_cache();
       rows[b][0] = out.loss_sum;
       rows[b][1] = static_cast<double>(out.correct);
       rows[b][2] = static_cast<double>(out.count);
-      rows[b][3] = static_cast<double>(indices.size());
+      rows[b][3] = static_cast<double>(batch.size());
     }
   }
   if (was_training) model.train();
-  dp.all_reduce(table, comm::ReduceOp::kSum);
+  detail::all_reduce_host(dp, table, comm::ReduceOp::kSum, device);
 
   EvalResult result;
   result.task = model.task();
@@ -98,11 +116,13 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
   result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
-  auto seconds = torch::full(
-      {1}, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+  auto seconds = torch::tensor(
+      {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+       reader.wait_seconds()},
       torch::kDouble);
-  dp.all_reduce(seconds, comm::ReduceOp::kMax);
-  result.seconds = seconds.item<double>();
+  detail::all_reduce_host(dp, seconds, comm::ReduceOp::kMax, device);
+  result.seconds = seconds[0].item<double>();
+  result.data_wait_seconds = seconds[1].item<double>();
   result.samples_per_second = result.seconds > 0 ? samples / result.seconds : 0;
   return result;
 }

@@ -29,19 +29,22 @@ struct EvalOptions {
   std::int64_t batch_size = 1000;  ///< canonical batch size (metrics are exact for a given one)
   bool bf16 = false;               ///< bfloat16 autocast for the forward pass
   std::int64_t max_samples = 0;    ///< evaluate only the first max_samples (0 = all)
+  /// Batches read ahead by a background thread (0: read inline). Metrics do not depend on it.
+  int prefetch = 0;
   /// Called before every batch slot (also on ranks with no batch left) with a flag this rank
   /// wants to stop; returns true when any rank of the job wants to. Collective when set.
   std::function<bool()> stop_check;
 };
 
 struct EvalResult {
-  std::string task;          ///< classification | language_model
-  std::int64_t samples = 0;  ///< samples (sequences) evaluated
-  std::int64_t count = 0;    ///< predictions scored: samples, or tokens for language models
-  double loss = 0;           ///< mean loss per prediction
-  double accuracy = 0;       ///< top-1 accuracy (token accuracy for language models)
-  double perplexity = 0;     ///< exp(loss) for language models, 0 otherwise
-  double seconds = 0;        ///< wall time of the evaluation (slowest rank)
+  std::string task;              ///< classification | language_model
+  std::int64_t samples = 0;      ///< samples (sequences) evaluated
+  std::int64_t count = 0;        ///< predictions scored: samples, or tokens for language models
+  double loss = 0;               ///< mean loss per prediction
+  double accuracy = 0;           ///< top-1 accuracy (token accuracy for language models)
+  double perplexity = 0;         ///< exp(loss) for language models, 0 otherwise
+  double seconds = 0;            ///< wall time of the evaluation (slowest rank)
+  double data_wait_seconds = 0;  ///< time spent waiting for data reads (slowest rank)
   double samples_per_second = 0;
   bool interrupted = false;  ///< stopped early by stop_check: metrics cover a prefix only
   /// The metric named `metric` (loss, accuracy, perplexity). Throws ConfigError otherwise. Local.
@@ -51,8 +54,8 @@ struct EvalResult {
 };
 
 /// Evaluates `model` on `dataset` with the data-parallel group `dp` (tensor-parallel ranks of a dp
-/// group evaluate the same batches together). Runs in inference mode. Collective over the world
-/// (dp and tp groups).
+/// group evaluate the same batches together). Runs in inference mode; bf16 uses CPU or CUDA
+/// autocast by the model's device. Collective over the world (dp and tp groups).
 EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communicator& dp,
                     const EvalOptions& options);
 

@@ -1,0 +1,74 @@
+#pragma once
+// The configuration a checkpoint was trained with, read back for offline evaluation: the model to
+// rebuild, the data splits it names, and the evaluation settings (batch size, sample limit,
+// metric, precision) that make `hpctrain eval` reproduce the periodic evaluation of that step.
+// The checkpoint's own config.yaml is preferred (the exact config of that step; a resumed run
+// may have changed it), else <run_dir>/config.yaml.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hpctrain/data/data_config.hpp"
+#include "hpctrain/runtime/config.hpp"
+
+namespace hpctrain::model {
+class Model;
+struct ModelContext;
+}  // namespace hpctrain::model
+
+namespace hpctrain::eval {
+
+/// The stored configuration of a run, as far as evaluation needs it.
+class RunConfig {
+ public:
+  /// Parses `text` (a resolved config.yaml); `origin` names it in messages. Throws ConfigError
+  /// naming the key for a value of the wrong type. Local; every rank parses the same text.
+  RunConfig(const std::string& text, const std::string& origin);
+
+  /// The config text of a checkpoint: <checkpoint_dir>/config.yaml, else <run_dir>/config.yaml.
+  /// Sets `origin` to the file read. Throws ConfigError when neither exists. Local.
+  static std::string read_text(const std::string& checkpoint_dir, const std::string& run_dir,
+                               std::string& origin);
+
+  /// Builds the model of the `model` section (random weights; load a checkpoint into it).
+  /// Local, except that tensor-parallel models may run collectives over ctx.tp.
+  std::shared_ptr<model::Model> build_model(const model::ModelContext& ctx);
+  /// The model section as YAML text: two checkpoints with the same text share a model. Local.
+  const std::string& model_text() const { return model_text_; }
+
+  /// The file of split `split`: "val" (data.val), "train" (data.train), "test" (data.test, when
+  /// the config has one). Throws ConfigError (exit 2) for any other name or a split the config
+  /// does not define, listing those it does. Local.
+  std::string split_path(const std::string& split) const;
+  /// Splits the config defines ("train", "val", ...), in that order. Local.
+  std::vector<std::string> splits() const;
+
+  const data::DataConfig& data() const { return data_; }
+  std::int64_t eval_batch_size() const { return eval_batch_size_; }    ///< eval.batch_size
+  std::int64_t eval_max_samples() const { return eval_max_samples_; }  ///< eval.max_samples
+  /// eval.metric, or "" (then: accuracy for classification, loss for language models).
+  const std::string& eval_metric() const { return eval_metric_; }
+  const std::string& precision() const { return precision_; }  ///< run.precision
+  std::int64_t seq_len() const { return seq_len_; }            ///< model.seq_len (0: none)
+  std::int64_t vocab_size() const { return vocab_size_; }      ///< model.vocab_size (0: none)
+  const std::string& model_name() const { return model_name_; }
+  const std::string& origin() const { return origin_; }
+
+ private:
+  Config config_;
+  std::string origin_;
+  data::DataConfig data_;
+  std::string test_path_;
+  std::int64_t eval_batch_size_ = 1000;
+  std::int64_t eval_max_samples_ = 0;
+  std::string eval_metric_;
+  std::string precision_ = "fp32";
+  std::int64_t seq_len_ = 0;
+  std::int64_t vocab_size_ = 0;
+  std::string model_name_;
+  std::string model_text_;
+};
+
+}  // namespace hpctrain::eval

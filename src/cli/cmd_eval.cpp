@@ -1,0 +1,135 @@
+// hpctrain eval: offline evaluation of committed checkpoints on any world size and grid: one
+// checkpoint (--checkpoint), every checkpoint of a run not yet evaluated (--checkpoints), or a
+// watcher beside a training job (--watch). docs/EVAL.md.
+
+#include "command.hpp"
+#include "hpctrain/eval/offline_evaluator.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "session.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint;
+  std::string checkpoints;
+  std::string watch;
+  std::string batch_size;
+  std::string memory_budget;
+  std::int64_t max_samples = -1;
+  bool bf16 = false;
+  bool fp32 = false;
+  int tp = 1;
+  eval::OfflineOptions options;
+};
+EvalArgs g_eval;
+
+// Options are checked on every rank, identically, before any collective.
+eval::OfflineOptions checked_options(CLI::App* app) {
+  EvalArgs& a = g_eval;
+  eval::OfflineOptions o = a.options;
+  const int modes = !a.checkpoint.empty() + !a.checkpoints.empty() + !a.watch.empty();
+  if (modes != 1) {
+    throw ConfigError(
+        "give exactly one of --checkpoint PATH, --checkpoints RUN_DIR or --watch RUN_DIR");
+  }
+  o.split_given = app->count("--split") > 0;
+  if (o.split != "val" && o.split != "train" && o.split != "test") {
+    throw ConfigError(str("unknown split '", o.split, "': use --split val, train or test"));
+  }
+  if (!a.batch_size.empty() && a.batch_size != "auto") {
+    std::size_t used = 0;
+    long long b = 0;
+    try {
+      b = std::stoll(a.batch_size, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != a.batch_size.size() || b < 1) {
+      throw ConfigError(
+          str("--batch-size ", a.batch_size, ": expected a positive integer or auto"));
+    }
+    o.batch_size = std::to_string(b);
+  } else {
+    o.batch_size = a.batch_size;
+  }
+  if (!a.memory_budget.empty()) o.memory_budget = parse_bytes(a.memory_budget, "--memory-budget");
+  o.max_samples = a.max_samples;
+  if (a.bf16 && a.fp32) throw ConfigError("--bf16 and --fp32 contradict each other: pick one");
+  o.precision = a.bf16 ? "bf16" : a.fp32 ? "fp32" : "";
+  if (o.compare_fp32 && !a.bf16) {
+    throw ConfigError("--compare-fp32 compares a bf16 evaluation with fp32: add --bf16");
+  }
+  if (a.tp < 1) throw ConfigError(str("--tp ", a.tp, ": must be a positive integer"));
+  return o;
+}
+
+CLI::App* g_app = nullptr;
+
+int run_eval(CommandContext& ctx) {
+  eval::OfflineOptions options = checked_options(g_app);
+  Session session = make_session(ctx, g_eval.tp);
+  eval::OfflineEvaluator evaluator(
+      eval::EvalEnvironment{ctx.runtime, *session.grid, session.device, session.comms},
+      std::move(options));
+  int code = kExitOk;
+  if (!g_eval.checkpoint.empty()) code = evaluator.evaluate_checkpoint(g_eval.checkpoint);
+  if (!g_eval.checkpoints.empty()) code = evaluator.evaluate_run(g_eval.checkpoints);
+  if (!g_eval.watch.empty()) code = evaluator.watch(g_eval.watch);
+  session.comms.world->barrier();
+  return code;
+}
+
+CommandRegistration reg(
+    "eval", "Evaluate checkpoints (one, every one of a run, or watch a training run)",
+    [](CLI::App& app) {
+      g_app = &app;
+      EvalArgs& a = g_eval;
+      app.add_option("--checkpoint", a.checkpoint,
+                     "A checkpoint directory (step_<N>), or a run directory for its newest "
+                     "checkpoint that verifies");
+      app.add_option("--checkpoints", a.checkpoints,
+                     "A run directory: evaluate every committed checkpoint not yet evaluated");
+      app.add_option("--watch", a.watch,
+                     "A run directory: evaluate checkpoints as training commits them, until "
+                     "training writes training_complete.json or --timeout passes");
+      app.add_option("--data", a.options.data,
+                     "Evaluate on this HDF5 file instead of a split of the stored config");
+      app.add_option("--split", a.options.split,
+                     "val (data.val, default), train (data.train) or test (data.test) of the "
+                     "checkpoint's stored config");
+      app.add_option("--batch-size", a.batch_size,
+                     "Evaluation batch: a number, or auto (largest power of two that fits the "
+                     "memory budget with the best samples/s). Default: eval.batch_size of the "
+                     "stored config");
+      app.add_option("--memory-budget", a.memory_budget,
+                     "Activation memory per rank for --batch-size auto, e.g. 2G (default: half "
+                     "of MemAvailable / ranks on the node)");
+      app.add_option("--max-samples", a.max_samples,
+                     "Evaluate the first N samples (0: all). Default: eval.max_samples of the "
+                     "stored config");
+      app.add_option("--tp", a.tp, "Tensor-parallel size of the evaluation grid (default 1)");
+      app.add_flag("--bf16", a.bf16, "bfloat16 autocast (default: run.precision of the config)");
+      app.add_flag("--fp32", a.fp32, "float32 (default: run.precision of the config)");
+      app.add_flag("--compare-fp32", a.options.compare_fp32,
+                   "With --bf16: evaluate in fp32 too and record the metric difference");
+      app.add_option("--prefetch", a.options.prefetch, "Evaluation batches read ahead (default 2)")
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--results", a.options.results_dir,
+                     "Directory for the results (default: <run_dir>/eval)");
+      app.add_flag("--force", a.options.force,
+                   "Evaluate again even when a result for the same checkpoint and data exists");
+      app.add_option("--poll", a.options.poll_seconds,
+                     "--watch: seconds between looks at the run (default 10)")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--timeout", a.options.timeout_seconds,
+                     "--watch: stop after this many seconds without a new checkpoint (default "
+                     "3600)")
+          ->check(CLI::NonNegativeNumber);
+    },
+    run_eval);
+
+}  // namespace
+}  // namespace hpctrain::cli

@@ -1,0 +1,58 @@
+#pragma once
+// Private to the eval layer: what world rank 0 decides about one checkpoint before the ranks
+// evaluate it, and the file work behind that decision (manifest, stored config, data checksum,
+// existing result, verification). The plan travels to the other ranks as JSON.
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "hpctrain/eval/offline_evaluator.hpp"
+#include "hpctrain/eval/result_store.hpp"
+
+namespace hpctrain::eval::detail {
+
+struct CheckpointPlan {
+  /// evaluate: go ahead; done: a result exists; gone: the directory vanished (retention);
+  /// bad: it does not verify; error: bad input that ends the command (code, message).
+  std::string status;
+  std::string message;
+  int code = 0;
+  std::string dir;
+  std::int64_t step = -1;
+  std::int64_t epoch = 0;
+  std::string config_text;
+  std::string config_origin;
+  std::string data_path;  ///< as the config or --data names it
+  std::string data_key;   ///< "data.val", "--data": named in messages
+  std::uint64_t data_bytes = 0;
+  EvalKey key;
+  std::string result_file;  ///< the existing result (done)
+
+  nlohmann::json to_json() const;
+  static CheckpointPlan from_json(const nlohmann::json& j);
+};
+
+/// World rank 0's side of the decisions. Local.
+class Planner {
+ public:
+  explicit Planner(const OfflineOptions& options) : options_(options) {}
+  /// The plan for checkpoint directory `dir` of `run_dir`. Never throws for bad input: errors
+  /// become status "error" with the exit code, so every rank can throw the same one.
+  CheckpointPlan plan(const std::string& run_dir, const std::string& dir, ResultStore& store);
+
+ private:
+  struct Digest {
+    std::uint64_t bytes = 0;
+    std::int64_t mtime_ns = 0;
+    std::string xxh3;
+  };
+  const Digest& digest(const std::string& path, const std::string& key);
+
+  const OfflineOptions& options_;
+  std::map<std::string, Digest> digests_;
+  std::string buffer_;
+};
+
+}  // namespace hpctrain::eval::detail

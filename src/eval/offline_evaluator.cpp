@@ -1,0 +1,451 @@
+#include "hpctrain/eval/offline_evaluator.hpp"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "checkpoint_plan.hpp"
+#include "eval_collectives.hpp"
+#include "hpctrain/build_config.hpp"
+#include "hpctrain/checkpoint/checkpoint.hpp"
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/eval/batch_size_search.hpp"
+#include "hpctrain/eval/evaluator.hpp"
+#include "hpctrain/eval/model_setup.hpp"
+#include "hpctrain/eval/result_store.hpp"
+#include "hpctrain/eval/run_config.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "result_table.hpp"
+
+namespace hpctrain::eval {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using detail::CheckpointPlan;
+
+namespace {
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string absolute(const std::string& path) {
+  std::error_code ec;
+  auto p = fs::weakly_canonical(fs::absolute(path), ec);
+  return ec ? path : p.string();
+}
+
+// The run a checkpoint directory belongs to: <run_dir>/checkpoints/step_<N>.
+std::string run_dir_of_checkpoint(const std::string& dir) {
+  const fs::path parent = fs::path(absolute(dir)).parent_path();
+  return parent.filename() == "checkpoints" ? parent.parent_path().string() : std::string();
+}
+
+}  // namespace
+
+// How one checkpoint ended: evaluated now, had a result, vanished, or does not verify.
+enum class Outcome { kEvaluated, kDone, kGone, kBad };
+
+struct OfflineEvaluator::Impl {
+  EvalEnvironment env;
+  OfflineOptions options;
+  MPI_Comm world = MPI_COMM_NULL;  // rank 0's decisions travel here
+  detail::Planner planner;
+  torch::Device device{torch::kCPU};
+  std::map<std::string, std::unique_ptr<checkpoint::CheckpointManager>> managers;  // by run dir
+  std::map<std::string, std::unique_ptr<data::Dataset>> datasets;                  // by path
+  std::map<std::string, std::shared_ptr<model::Model>> models;  // by model section text
+  std::map<std::string, BatchSearchResult> searches;            // by model, data, precision
+  std::vector<nlohmann::json> session;  // results written by this command (rank 0)
+  EvalKey last_key;
+  std::string last_store;
+
+  Impl(EvalEnvironment e, OfflineOptions o)
+      : env(std::move(e)), options(std::move(o)), planner(options) {}
+  bool is_rank0() const { return env.runtime.world_rank() == 0; }
+  std::string decide(const std::string& text) { return detail::broadcast_text(world, text); }
+  ResultStore store_for(const std::string& run_dir) const {
+    return ResultStore(options.results_dir.empty() ? run_dir + "/eval" : options.results_dir);
+  }
+  checkpoint::CheckpointManager& manager(const std::string& run_dir);
+  data::Dataset& dataset(const CheckpointPlan& plan, const RunConfig& config);
+  model::Model& model_for(RunConfig& config);
+  std::int64_t batch_size(const CheckpointPlan& plan, model::Model& model, data::Dataset& data,
+                          const std::string& model_text, nlohmann::ordered_json& record);
+  Outcome run_one(const std::string& run_dir, const std::string& dir, bool strict);
+  nlohmann::ordered_json record_of(const CheckpointPlan& plan, const EvalResult& result,
+                                   std::int64_t batch, const std::string& metric);
+  int evaluate_dirs(const std::string& run_dir, const std::vector<std::string>& dirs,
+                    int& evaluated, int& done, std::vector<std::string>& bad);
+  void print_table();
+};
+
+checkpoint::CheckpointManager& OfflineEvaluator::Impl::manager(const std::string& run_dir) {
+  auto& m = managers[run_dir];
+  if (!m) {
+    m = std::make_unique<checkpoint::CheckpointManager>(run_dir, env.grid, env.comms,
+                                                        checkpoint::ManagerOptions{});
+  }
+  return *m;
+}
+
+data::Dataset& OfflineEvaluator::Impl::dataset(const CheckpointPlan& plan,
+                                               const RunConfig& config) {
+  auto& d = datasets[plan.data_path];
+  if (!d) {
+    data::DatasetExpectation expect;
+    expect.seq_len = config.seq_len();
+    expect.config_key = plan.data_key;
+    d = data::Dataset::open(plan.data_path, expect, config.data().read_options());
+  }
+  return *d;
+}
+
+model::Model& OfflineEvaluator::Impl::model_for(RunConfig& config) {
+  auto& m = models[config.model_text()];
+  if (!m) {
+    const auto& grid = env.grid;
+    // The weights come from the checkpoint; the seed only makes the throwaway init repeatable.
+    model::ModelContext ctx{env.comms.tp, grid.tp_rank(), grid.tp_size(), 0};
+    torch::manual_seed(0);
+    m = config.build_model(ctx);
+    m->to(device);
+    m->eval();
+  }
+  return *m;
+}
+
+std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointPlan& plan, model::Model& model,
+                                                data::Dataset& data, const std::string& model_text,
+                                                nlohmann::ordered_json& record) {
+  if (plan.key.batch_size != "auto") return std::stoll(plan.key.batch_size);
+  const std::string cache_key =
+      str(model_text, "|", plan.data_path, "|", plan.key.precision, "|", plan.key.max_samples);
+  auto it = searches.find(cache_key);
+  if (it == searches.end()) {
+    BatchSearchOptions o;
+    const std::int64_t n = data.info().num_samples;
+    o.samples = plan.key.max_samples > 0 ? std::min(n, plan.key.max_samples) : n;
+    o.memory_budget = options.memory_budget > 0 ? options.memory_budget
+                                                : default_memory_budget(env.runtime.local_size());
+    o.bf16 = plan.key.precision == "bf16";
+    log::info(str("--batch-size auto: trying powers of two on ", env.grid.describe(),
+                  o.memory_budget > 0 && !device.is_cuda()
+                      ? str(", memory budget ", format_bytes(static_cast<double>(o.memory_budget)),
+                            " per rank")
+                      : std::string()));
+    BatchSearchResult r = search_batch_size(model, data, *env.comms.dp, *env.comms.world, o);
+    log::info(str("batch sizes tried (samples/s predicted for the whole evaluation):\n",
+                  format_trials(r), "\n  chosen: ", r.chosen));
+    it = searches.emplace(cache_key, std::move(r)).first;
+  }
+  nlohmann::json trials = nlohmann::json::array();
+  for (const auto& t : it->second.trials) {
+    trials.push_back({{"batch", t.batch},
+                      {"batch_seconds", t.batch_seconds},
+                      {"samples_per_s", t.samples_per_second},
+                      {"memory_bytes", t.memory_bytes}});
+  }
+  record["batch_search"] = {{"tried", trials}, {"stopped", it->second.stop_reason}};
+  return it->second.chosen;
+}
+
+nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& plan,
+                                                         const EvalResult& r, std::int64_t batch,
+                                                         const std::string& metric) {
+  const auto& grid = env.grid;
+  nlohmann::ordered_json j{{"checkpoint", absolute(plan.dir)},
+                           {"step", plan.step},
+                           {"epoch", plan.epoch},
+                           {"split", plan.key.split},
+                           {"data", absolute(plan.data_path)},
+                           {"data_xxh3", plan.key.data_xxh3},
+                           {"data_bytes", plan.data_bytes},
+                           {"world_size", grid.world_size()},
+                           {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
+                           {"device", env.device.device},
+                           {"threads", env.device.threads},
+                           {"batch_size", batch},
+                           {"batch_size_requested", plan.key.batch_size},
+                           {"max_samples", plan.key.max_samples},
+                           {"precision", plan.key.precision},
+                           {"task", r.task},
+                           {"samples", r.samples},
+                           {"count", r.count},
+                           {"loss", r.loss},
+                           {"accuracy", r.accuracy}};
+  if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  j["metric"] = metric;
+  j["eval_seconds"] = r.seconds;
+  j["samples_per_s"] = r.samples_per_second;
+  j["data_wait_seconds"] = r.data_wait_seconds;
+  j["config"] = absolute(plan.config_origin);
+  j["hpctrain_version"] = HPCTRAIN_VERSION;
+  j["created_at"] = utc_now();
+  return j;
+}
+
+Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::string& dir,
+                                        bool strict) {
+  ResultStore store = store_for(run_dir);
+  std::string text;
+  if (is_rank0()) text = planner.plan(run_dir, dir, store).to_json().dump();
+  const CheckpointPlan plan = CheckpointPlan::from_json(nlohmann::json::parse(decide(text)));
+  if (plan.status == "error") throw Error(plan.message, plan.code);
+  if (plan.status == "gone" || plan.status == "bad") {
+    if (strict) throw CheckpointError(plan.message);
+    if (plan.status == "gone") {
+      log::warn(str("skipped ", dir,
+                    ": it was deleted (checkpoint retention) before it could be "
+                    "evaluated"));
+      return Outcome::kGone;
+    }
+    log::warn(str("skipped: ", plan.message));
+    return Outcome::kBad;
+  }
+  last_key = plan.key;
+  last_store = store.dir();
+  if (plan.status == "done") {
+    log::info(str("step ", plan.step, ": already evaluated (", plan.result_file, ")"));
+    return Outcome::kDone;
+  }
+
+  // Every rank: the same config text, so the same model, data and errors everywhere.
+  RunConfig config(plan.config_text, plan.config_origin);
+  data::Dataset& data = dataset(plan, config);
+  model::Model& model = model_for(config);
+  check_data_fits_model(model, data, plan.data_key, config.vocab_size());
+  auto records = model_records(model);
+  try {
+    manager(run_dir).load(dir, records);
+  } catch (const CheckpointError& e) {
+    if (strict) throw;
+    // Retention may delete a checkpoint between the listing and the load.
+    const std::string gone = decide(is_rank0() ? (fs::is_directory(dir) ? "no" : "yes") : "");
+    if (gone == "yes") {
+      log::warn(str("skipped ", dir, ": it was deleted (checkpoint retention) while loading"));
+      return Outcome::kGone;
+    }
+    log::warn(str("skipped: ", e.what()));
+    return Outcome::kBad;
+  }
+
+  const std::string metric = !config.eval_metric().empty()
+                                 ? config.eval_metric()
+                                 : (model.task() == "classification" ? "accuracy" : "loss");
+  nlohmann::ordered_json extra;
+  EvalOptions eval_options;
+  eval_options.batch_size = batch_size(plan, model, data, config.model_text(), extra);
+  eval_options.max_samples = plan.key.max_samples;
+  eval_options.bf16 = plan.key.precision == "bf16";
+  eval_options.prefetch = options.prefetch;
+  const EvalResult result = evaluate(model, data, *env.comms.dp, eval_options);
+  nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);
+  if (eval_options.bf16 && options.compare_fp32) {
+    EvalOptions fp32 = eval_options;
+    fp32.bf16 = false;
+    const EvalResult ref = evaluate(model, data, *env.comms.dp, fp32);
+    nlohmann::ordered_json cmp{{"fp32_loss", ref.loss},
+                               {"fp32_accuracy", ref.accuracy},
+                               {"loss_diff", result.loss - ref.loss},
+                               {"accuracy_diff", result.accuracy - ref.accuracy}};
+    if (ref.task == "language_model") {
+      cmp["fp32_perplexity"] = ref.perplexity;
+      cmp["perplexity_diff"] = result.perplexity - ref.perplexity;
+    }
+    cmp["fp32_samples_per_s"] = ref.samples_per_second;
+    record["bf16_vs_fp32"] = cmp;
+  }
+  for (auto& [k, v] : extra.items()) record[k] = v;
+  record["key"] = plan.key.to_json();
+
+  std::string problem;
+  if (is_rank0()) {
+    try {
+      const nlohmann::json best =
+          store.write(plan.key, record, metric, EvalResult::higher_is_better(metric));
+      session.push_back(record);
+      log::info(detail::result_line(record, store.step_file(plan.key), best));
+    } catch (const Error& e) {
+      problem = e.what();
+    }
+  }
+  problem = decide(problem);
+  if (!problem.empty()) throw Error(problem);
+  return Outcome::kEvaluated;
+}
+
+int OfflineEvaluator::Impl::evaluate_dirs(const std::string& run_dir,
+                                          const std::vector<std::string>& dirs, int& evaluated,
+                                          int& done, std::vector<std::string>& bad) {
+  int new_ones = 0;
+  for (const std::string& dir : dirs) {
+    switch (run_one(run_dir, dir, false)) {
+      case Outcome::kEvaluated:
+        ++evaluated;
+        ++new_ones;
+        break;
+      case Outcome::kDone: ++done; break;
+      case Outcome::kBad: bad.push_back(dir); break;
+      case Outcome::kGone: break;
+    }
+  }
+  return new_ones;
+}
+
+void OfflineEvaluator::Impl::print_table() {
+  if (!is_rank0() || last_store.empty()) return;
+  ResultStore store(last_store);
+  const auto records = store.family_records(last_key);
+  if (records.empty()) return;
+  std::set<std::int64_t> now;
+  for (const auto& r : session) now.insert(r.at("step").get<std::int64_t>());
+  log::info(detail::result_table(records, now, store.dir()));
+}
+
+OfflineEvaluator::OfflineEvaluator(EvalEnvironment env, OfflineOptions options)
+    : impl_(std::make_unique<Impl>(std::move(env), std::move(options))) {
+  Impl& m = *impl_;
+  if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
+  HPCTRAIN_MPI_CHECK(MPI_Comm_dup(m.env.runtime.world(), &m.world));
+}
+
+OfflineEvaluator::~OfflineEvaluator() {
+  if (impl_->world != MPI_COMM_NULL) MPI_Comm_free(&impl_->world);
+}
+
+int OfflineEvaluator::evaluate_checkpoint(const std::string& path) {
+  Impl& m = *impl_;
+  // Rank 0 resolves PATH: a checkpoint directory, or a run directory (its newest that verifies).
+  nlohmann::json where;
+  if (m.is_rank0()) {
+    try {
+      if (fs::is_directory(path + "/checkpoints")) {
+        const checkpoint::ResumeChoice choice = checkpoint::choose_resume(path, "auto");
+        for (const auto& skipped : choice.skipped) log::warn(str("checkpoint ", skipped));
+        if (!choice.path) {
+          throw CheckpointError(str("run '", path, "' has no committed checkpoint that verifies"));
+        }
+        where = {{"run_dir", path}, {"dir", *choice.path}};
+      } else if (!fs::is_directory(path)) {
+        throw CheckpointError(str("checkpoint '", path,
+                                  "' does not exist: pass a step_<N> "
+                                  "directory or a run directory"));
+      } else {
+        std::string run_dir = run_dir_of_checkpoint(path);
+        if (run_dir.empty() && m.options.results_dir.empty()) {
+          throw ConfigError(str("'", path,
+                                "' is not inside a run directory (<run>/checkpoints/"
+                                "step_<N>): pass --results DIR for its results"));
+        }
+        if (run_dir.empty()) run_dir = fs::path(absolute(path)).parent_path().string();
+        where = {{"run_dir", run_dir}, {"dir", path}};
+      }
+    } catch (const Error& e) {
+      where = {{"error", e.what()}, {"code", e.exit_code()}};
+    }
+  }
+  where = nlohmann::json::parse(m.decide(where.dump()));
+  if (where.contains("error")) {
+    throw Error(where.at("error").get<std::string>(), where.at("code").get<int>());
+  }
+  const std::string run_dir = where.at("run_dir").get<std::string>();
+  m.run_one(run_dir, where.at("dir").get<std::string>(), true);
+  return kExitOk;
+}
+
+int OfflineEvaluator::evaluate_run(const std::string& run_dir) {
+  Impl& m = *impl_;
+  nlohmann::json listing;
+  if (m.is_rank0()) {
+    if (!fs::is_directory(run_dir)) {
+      listing = {{"error", str("run directory '", run_dir, "' does not exist")}};
+    } else {
+      auto dirs = checkpoint::list_checkpoints(run_dir);  // newest first
+      listing = {{"dirs", std::vector<std::string>(dirs.rbegin(), dirs.rend())}};
+    }
+  }
+  listing = nlohmann::json::parse(m.decide(listing.dump()));
+  if (listing.contains("error")) throw ConfigError(listing.at("error").get<std::string>());
+  const auto dirs = listing.at("dirs").get<std::vector<std::string>>();
+  if (dirs.empty()) {
+    log::info(str("no committed checkpoints in ", checkpoint::checkpoints_dir(run_dir)));
+    return kExitOk;
+  }
+  int evaluated = 0, done = 0;
+  std::vector<std::string> bad;
+  m.evaluate_dirs(run_dir, dirs, evaluated, done, bad);
+  m.print_table();
+  log::info(str(evaluated, " checkpoint(s) evaluated, ", done, " already evaluated",
+                bad.empty() ? std::string() : str(", ", bad.size(), " did not verify")));
+  return bad.empty() ? kExitOk : kExitCheckpoint;
+}
+
+int OfflineEvaluator::watch(const std::string& run_dir) {
+  Impl& m = *impl_;
+  const std::string marker = run_dir + "/training_complete.json";
+  log::info(str("watching ", checkpoint::checkpoints_dir(run_dir), " every ",
+                format_seconds(m.options.poll_seconds), " until ", marker, " appears (or ",
+                format_seconds(m.options.timeout_seconds), " pass without a new checkpoint)"));
+  std::set<std::string> seen;  // rank 0: checkpoints handled this session
+  auto last_new = Clock::now();
+  int evaluated = 0, done = 0;
+  std::vector<std::string> bad;
+  std::string reason;
+  for (bool first = true;; first = false) {
+    nlohmann::json poll;
+    if (m.is_rank0()) {
+      if (!first) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(m.options.poll_seconds));
+      }
+      // The marker is looked at before the listing: the trainer commits its last checkpoint
+      // before writing the marker, so a listing after seeing it holds every checkpoint.
+      const bool complete = fs::exists(marker);
+      std::vector<std::string> pending;
+      const auto dirs = checkpoint::list_checkpoints(run_dir);
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+        if (seen.insert(*it).second) pending.push_back(*it);
+      }
+      if (!pending.empty()) last_new = Clock::now();
+      const bool timed_out =
+          pending.empty() && std::chrono::duration<double>(Clock::now() - last_new).count() >=
+                                 m.options.timeout_seconds;
+      poll = {{"complete", complete}, {"pending", pending}, {"timed_out", timed_out}};
+    }
+    poll = nlohmann::json::parse(m.decide(poll.dump()));
+    m.evaluate_dirs(run_dir, poll.at("pending").get<std::vector<std::string>>(), evaluated, done,
+                    bad);
+    if (poll.at("complete").get<bool>()) {
+      reason = str("training is complete (", marker, ")");
+      break;
+    }
+    if (poll.at("timed_out").get<bool>()) {
+      log::warn(str("no new checkpoint for ", format_seconds(m.options.timeout_seconds),
+                    " and no completion marker: stopping the watch (run it again to continue; "
+                    "evaluated checkpoints are skipped)"));
+      reason = "timeout";
+      break;
+    }
+  }
+  m.print_table();
+  log::info(str("watch ended: ", reason, "; ", evaluated, " checkpoint(s) evaluated, ", done,
+                " already evaluated",
+                bad.empty() ? std::string() : str(", ", bad.size(), " did not verify")));
+  return bad.empty() ? kExitOk : kExitCheckpoint;
+}
+
+}  // namespace hpctrain::eval

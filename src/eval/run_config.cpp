@@ -1,0 +1,80 @@
+#include "hpctrain/eval/run_config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::eval {
+
+RunConfig::RunConfig(const std::string& text, const std::string& origin)
+    : config_(Config::parse(text, origin)), origin_(origin) {
+  auto data = config_.section("data");
+  data_ = data::DataConfig::from(data);
+  // data.test is not a training key; a config may still carry one for evaluation.
+  if (config_.root()["data"] && config_.root()["data"]["test"]) {
+    test_path_ = data.get<std::string>("test", "");
+  }
+  auto eval = config_.section("eval");
+  eval_batch_size_ = eval.get<std::int64_t>("batch_size", eval_batch_size_);
+  eval_max_samples_ = eval.get<std::int64_t>("max_samples", eval_max_samples_);
+  eval_metric_ = eval.get<std::string>("metric", "");
+  precision_ = config_.section("run").get<std::string>("precision", precision_);
+  {
+    YAML::Emitter out;
+    out << YAML::Flow << config_.root()["model"];
+    model_text_ = out.c_str();
+  }
+  auto model = config_.section("model");
+  model_name_ = model.get<std::string>("name", "mlp");
+  seq_len_ = model.get<std::int64_t>("seq_len", 0);
+  vocab_size_ = model.get<std::int64_t>("vocab_size", 0);
+}
+
+std::string RunConfig::read_text(const std::string& checkpoint_dir, const std::string& run_dir,
+                                 std::string& origin) {
+  for (const std::string& path : {checkpoint_dir + "/config.yaml", run_dir + "/config.yaml"}) {
+    std::ifstream in(path);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    origin = path;
+    return text.str();
+  }
+  throw ConfigError(str("no config.yaml in the checkpoint '", checkpoint_dir, "' nor in the run '",
+                        run_dir,
+                        "': the model cannot be rebuilt; evaluate a checkpoint written by hpctrain "
+                        "train, inside its run directory"));
+}
+
+std::shared_ptr<model::Model> RunConfig::build_model(const model::ModelContext& ctx) {
+  auto section = config_.section("model");
+  return model::build_model(section, ctx);
+}
+
+std::vector<std::string> RunConfig::splits() const {
+  std::vector<std::string> out;
+  if (!data_.train.empty()) out.push_back("train");
+  if (!data_.val.empty()) out.push_back("val");
+  if (!test_path_.empty()) out.push_back("test");
+  return out;
+}
+
+std::string RunConfig::split_path(const std::string& split) const {
+  std::string path;
+  if (split == "val") path = data_.val;
+  if (split == "train") path = data_.train;
+  if (split == "test") path = test_path_;
+  if (!path.empty()) return path;
+  std::string known;
+  for (const auto& s : splits()) known += (known.empty() ? "" : ", ") + s;
+  throw ConfigError(str("unknown split '", split, "': the run's config (", origin_, ") defines ",
+                        known.empty() ? std::string("no data splits") : "the splits " + known,
+                        " (data.<split>); choose one of them with --split, or pass a file with "
+                        "--data FILE"));
+}
+
+}  // namespace hpctrain::eval
