@@ -28,8 +28,9 @@ for model in "${models[@]}"; do
   run=$out/$model
   mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
     --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" \
-    --set "run.max_steps=${steps[$model]}" --set eval.every_steps=0 --set eval.at_end=false \
-    --set "run.dir=$run" --set logging.progress=plain --resume none >"$out/$model-train.log" 2>&1
+    --set "run.max_steps=${steps[$model]}" --set data.batch_size=64 --set eval.every_steps=0 \
+    --set eval.at_end=false --set "run.dir=$run" --set logging.progress=plain --resume none \
+    >"$out/$model-train.log" 2>&1
   for ((i = 1; i <= repeat; i++)); do
     mpirun "${flags[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
       --batch-size 1000 --max-samples 0 --results "$out/$model-eval$i" >"$out/$model-eval$i.log" 2>&1

@@ -289,7 +289,8 @@ void CheckpointManager::save(SaveContent content) {
     job.rng_bytes = rng_bytes;
   }
   m.last_copy_seconds = 0;
-  if (writer) {
+  const bool deferred = writer && content.copy && content.defer_copy && m.threaded;
+  if (writer && !deferred) {
     if (content.copy) {
       const auto copy_started = Clock::now();
       m.copy_tensors(content.tensors);
@@ -304,7 +305,22 @@ void CheckpointManager::save(SaveContent content) {
   m.pending = true;
   m.result = detail::JobResult{};
   if (m.threaded) {
-    m.worker = std::thread([&m, job = std::move(job)]() mutable {
+    if (deferred) {
+      std::lock_guard<std::mutex> lock(m.copy_mutex);
+      m.copy_pending = true;
+    }
+    m.worker = std::thread([&m, deferred, job = std::move(job)]() mutable {
+      if (deferred) {
+        const auto copy_started = Clock::now();
+        try {
+          m.copy_tensors(job.content.tensors);
+        } catch (const std::exception& e) {
+          job.staging_error = str("copying the tensors off the compute path failed on world rank ",
+                                  m.ctx.world_rank, ": ", e.what());
+        }
+        m.last_copy_seconds = seconds_since(copy_started);
+        m.release_copy();
+      }
       m.result = detail::run_save_job(m.ctx, job, m.digest_buffer);
     });
     m.last_blocking_seconds = seconds_since(started);
@@ -313,6 +329,29 @@ void CheckpointManager::save(SaveContent content) {
     m.last_blocking_seconds = seconds_since(started);
     m.finish_pending();
   }
+}
+
+void CheckpointManager::Impl::release_copy() {
+  {
+    std::lock_guard<std::mutex> lock(copy_mutex);
+    copy_pending = false;
+  }
+  copy_done.notify_all();
+}
+
+double CheckpointManager::wait_for_copy() {
+  Impl& m = *impl_;
+  const auto started = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(m.copy_mutex);
+    m.copy_done.wait(lock, [&m] { return !m.copy_pending; });
+  }
+  m.last_copy_wait_seconds = seconds_since(started);
+  return m.last_copy_wait_seconds;
+}
+
+double CheckpointManager::last_copy_wait_seconds() const {
+  return impl_->last_copy_wait_seconds;
 }
 
 void CheckpointManager::wait() {

@@ -4,7 +4,9 @@
 
 #include <mpi.h>
 
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +45,15 @@ struct CheckpointManager::Impl {
   double last_save_seconds = 0;
   double last_blocking_seconds = 0;
   double last_copy_seconds = 0;
+  double last_copy_wait_seconds = 0;
+
+  // Deferred copy (SaveContent::defer_copy): the worker copies the live tensors first and then
+  // clears copy_pending; wait_for_copy() blocks on it.
+  std::mutex copy_mutex;
+  std::condition_variable copy_done;
+  bool copy_pending = false;
+  /// Marks the deferred copy done (or abandoned) and wakes wait_for_copy(). Any thread.
+  void release_copy();
   std::int64_t last_bytes = 0;
   std::string last_path;
 

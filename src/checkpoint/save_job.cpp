@@ -104,6 +104,7 @@ std::map<std::string, std::vector<h5::DatasetSpec>> dataset_specs(const SaveCont
 std::map<std::string, io::Fd> write_slabs(const JobContext& ctx, const SaveJob& job,
                                           const Layout& layout) {
   fail_point("write", ctx.world_rank);
+  if (!job.staging_error.empty()) throw CheckpointError(job.staging_error);
   std::map<std::string, io::Fd> files;
   for (const TensorRecord& r : job.content.tensors) {
     if (r.shard.split_dim < 0 && ctx.tp_rank != 0) continue;

@@ -39,6 +39,8 @@ struct SaveJob {
   std::int64_t rng_bytes = 0;
   std::vector<std::string> protect;  ///< checkpoints retention must keep (loaded ones)
   std::chrono::steady_clock::time_point started;
+  /// Why copying the tensors off the compute path failed (deferred copy); writing reports it.
+  std::string staging_error;
 };
 
 /// What a save job ended with on this rank (world rank 0 knows the whole outcome).

@@ -191,7 +191,8 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
                                                             cfg.parallel.overlap);
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
   m.steps = std::make_unique<StepRunner>(
-      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.optimizer, m.env, cfg, m.device});
+      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.optimizer, m.env, cfg, m.device,
+                        [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
   options.keep_best = cfg.checkpoint.keep_best;
@@ -253,7 +254,10 @@ void Trainer::Impl::save(std::int64_t step, const char* why) {
   content.trainer_state["total_steps"] = total_steps;
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
   content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
-  content.copy = true;  // the manager copies into reused CPU buffers: all we block on
+  // The manager copies into reused CPU buffers on its background thread while the next step's
+  // forward and backward run; the step waits for that copy before its optimizer update.
+  content.copy = true;
+  content.defer_copy = true;
   {
     auto generator = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(generator.mutex());

@@ -149,6 +149,11 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
     p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   }
+  if (p_.before_update) {
+    const double waited = p_.before_update();
+    phases.checkpoint += waited;
+    phases.optimizer -= waited;  // counted as checkpoint time, not optimizer time
+  }
   p_.optimizer.step(r.lr);
   p_.flat.zero_grads();
   device_sync();

@@ -4,6 +4,7 @@
 // logging, early stopping and input validation. Private to the train layer.
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ class StepRunner {
     TrainEnvironment& env;
     const TrainConfig& cfg;
     torch::Device device;
+    /// Called right before the optimizer modifies parameters and optimizer state, returning
+    /// the seconds it blocked (the checkpoint's deferred copy); may be empty.
+    std::function<double()> before_update;
   };
   explicit StepRunner(Parts parts);
   /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank).

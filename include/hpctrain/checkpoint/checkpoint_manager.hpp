@@ -59,6 +59,11 @@ struct SaveContent {
   /// from save to save (no fresh allocation, so no page faults), and that copy is all the
   /// training loop waits for.
   bool copy = false;
+  /// With `copy` and background writing: save() does not copy; the background thread copies the
+  /// live tensors first, and the caller must call wait_for_copy() before it next modifies any of
+  /// them (the optimizer step). Training's next forward and backward (which only read the
+  /// parameters) then overlap the copy. Without background writing the copy stays in save().
+  bool defer_copy = false;
 };
 
 /// How a CheckpointManager saves and what it keeps.
@@ -114,8 +119,16 @@ class CheckpointManager {
   double last_save_seconds() const;
   /// Seconds the last save() blocked its caller (including the copy when content.copy). Local.
   double last_blocking_seconds() const;
-  /// Seconds of last_blocking_seconds() spent copying the tensors (content.copy; else 0). Local.
+  /// Seconds spent copying the tensors of the last save (content.copy; else 0): inside save(),
+  /// or on the background thread with defer_copy. Local; for a deferred copy, known after
+  /// wait_for_copy().
   double last_copy_seconds() const;
+  /// Blocks until a deferred copy (SaveContent::defer_copy) of the last save has taken the
+  /// tensors off the compute path; returns at once when there is none. Returns the seconds it
+  /// waited (also last_copy_wait_seconds()). Call before modifying the saved tensors. Local.
+  double wait_for_copy();
+  /// Seconds the last wait_for_copy() blocked. Local.
+  double last_copy_wait_seconds() const;
   /// Bytes of the last committed checkpoint (all its files), after wait(). Local.
   std::int64_t last_save_bytes() const;
   /// Directory of the last committed checkpoint (empty before the first), after wait(). Local.

@@ -67,7 +67,7 @@ PY
 
 # The MLP config, built and counted: 495,038 forward FLOPs per image; with --set as in train.
 expect_exit 0 "$TMP/mlp.json" "$HPCTRAIN_BIN" plan -c "$configs/fmnist-mlp.yaml" --samples 60000 \
-  --eval-samples 10000 --set run.epochs=2 --peak-flops 1e11 --json
+  --eval-samples 10000 --set run.epochs=2 --set data.batch_size=64 --peak-flops 1e11 --json
 $PY - "$TMP/mlp.json" <<'PY' || fail "fmnist-mlp plan"
 import json, sys
 j = json.load(open(sys.argv[1]))

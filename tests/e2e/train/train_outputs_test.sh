@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A short run of the binary under mpirun writes config.yaml, metrics.jsonl and ledger.json with
 # the documented fields; the loss goes down on real Fashion-MNIST data; the evaluation is the same
-# at 1 and 2 ranks for the same weights (periodic evaluation, identical seeds and global batch).
+# at 1 and 2 ranks for the same weights (periodic evaluation, identical seeds and global batch);
+# the live progress line on a terminal, plain lines otherwise.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -57,4 +58,14 @@ for x, y in zip(a, b):
     assert x["step"] == y["step"]
     assert abs(x["loss"] - y["loss"]) < 1e-4 and abs(x["accuracy"] - y["accuracy"]) < 2e-3, (x, y)
 PY
+
+# Progress output: plain lines when stdout is not a terminal (the runs above), a live line
+# rewritten in place on a terminal (logging.progress auto under a pseudo-terminal from script(1)).
+if grep -q $'\r' "$TMP/np2.txt"; then fail "a live progress line in output that is not a terminal"; fi
+expect_grep "^\[hpctrain\] step 60 \| epoch 0 \| loss" "$TMP/np2.txt"
+printf -v cmd '%q ' "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/tty" \
+  --set logging.progress=auto
+expect_exit 0 "$TMP/tty.txt" script -qefc "$cmd" /dev/null
+expect_grep $'\r\033\\[K step 60/60 \\| epoch 0 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| [0-9]+ samples/s \\| ETA' \
+  "$TMP/tty.txt"
 finish

@@ -271,6 +271,35 @@ TEST(CheckpointMpi, CopiedContentIsIndependentOfLiveTensors) {
   expect_values(t, grid, 2.0, "copy = true");
 }
 
+TEST(CheckpointMpi, DeferredCopyIsTakenBeforeWaitForCopyReturns) {
+  const std::string run_dir = shared_dir("deferred");
+  runtime::ProcessGrid grid(rt(), world_size());
+  for (bool background : {true, false}) {  // synchronous saving copies inside save()
+    CheckpointManager m(run_dir, grid, {}, options(background));
+    for (std::int64_t step = 1; step <= 2; ++step) {
+      const double salt = static_cast<double>(step) + (background ? 0 : 10);
+      SaveContent c = content_at(grid, step + (background ? 0 : 10), salt);
+      std::vector<TensorRecord> live = c.tensors;
+      c.copy = true;
+      c.defer_copy = true;
+      m.save(std::move(c));
+      EXPECT_GE(m.wait_for_copy(), 0.0);
+      EXPECT_GE(m.last_copy_wait_seconds(), 0.0);
+      if (grid.dp_rank() == 0) {
+        EXPECT_GT(m.last_copy_seconds(), 0.0) << "the copy was timed";
+      }
+      // The optimizer step: only after wait_for_copy() may the live tensors change.
+      for (auto& r : live) r.local.add_(100);
+      m.wait();
+      const double again = m.wait_for_copy();  // nothing pending: returns at once
+      EXPECT_EQ(again, m.last_copy_wait_seconds());
+    }
+    auto t = targets(grid);
+    m.load(*m.resolve("auto"), t);
+    expect_values(t, grid, background ? 2.0 : 12.0, background ? "deferred copy" : "sync copy");
+  }
+}
+
 TEST(CheckpointMpi, ModelMismatchNamesEveryTensorOnEveryRank) {
   const std::string run_dir = shared_dir("mismatch");
   runtime::ProcessGrid grid(rt(), 1);
