@@ -94,13 +94,24 @@ std::string ledger_summary(const nlohmann::ordered_json& j) {
                 pct("checkpoint").c_str());
   out += line;
   const auto& t = j["throughput"];
-  std::snprintf(line, sizeof line,
-                "  train %.0f samples/s (%.2f GFLOP/s), eval %.0f samples/s; FLOPs/sample train "
-                "%.3g, eval %.3g; measured train:eval cost per sample %.2f (FLOPs say 3)\n",
-                t["train_samples_per_s"].get<double>(), t["train_flops_per_s"].get<double>() / 1e9,
-                t["eval_samples_per_s"].get<double>(), j["flops"]["train_per_sample"].get<double>(),
-                j["flops"]["eval_per_sample"].get<double>(),
-                j["cost_ratio_train_to_eval"]["measured"].get<double>());
+  const double eval_rate = t["eval_samples_per_s"].get<double>();
+  std::snprintf(line, sizeof line, "  train %.0f samples/s (%.2f GFLOP/s), ",
+                t["train_samples_per_s"].get<double>(), t["train_flops_per_s"].get<double>() / 1e9);
+  out += line;
+  if (eval_rate > 0) {
+    std::snprintf(line, sizeof line,
+                  "eval %.0f samples/s; FLOPs/sample train %.3g, eval %.3g; measured train:eval "
+                  "cost per sample %.2f (FLOPs say 3)\n",
+                  eval_rate, j["flops"]["train_per_sample"].get<double>(),
+                  j["flops"]["eval_per_sample"].get<double>(),
+                  j["cost_ratio_train_to_eval"]["measured"].get<double>());
+  } else {
+    std::snprintf(line, sizeof line,
+                  "no evaluation ran; FLOPs/sample train %.3g, eval %.3g (train:eval 3 by "
+                  "FLOPs)\n",
+                  j["flops"]["train_per_sample"].get<double>(),
+                  j["flops"]["eval_per_sample"].get<double>());
+  }
   out += line;
   std::int64_t peak = 0;
   for (const auto& v : j["peak_rss_bytes_per_rank"]) peak = std::max(peak, v.get<std::int64_t>());
