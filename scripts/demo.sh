@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds, prepares Fashion-MNIST, and trains the CNN of
+# The demo: installs what is missing, builds, shows the 2-rank environment and a short all-reduce
+# table, prepares Fashion-MNIST, and trains the CNN of
 # configs/fmnist-cnn.yaml data-parallel on 2 ranks for one epoch with evaluation, ending with the
 # summary (test accuracy, throughput, compute ledger). Extra arguments go to `hpctrain train`
 # (e.g. ./scripts/demo.sh --set run.epochs=2, or -c configs/fmnist-mlp.yaml).
@@ -15,6 +16,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 echo "== hpctrain env (2 ranks)"
 mpirun "${flags[@]}" -np 2 "$bin" env
+echo "== hpctrain bench allreduce (2 ranks, against plain MPI_Allreduce)"
+mpirun "${flags[@]}" -np 2 "$bin" bench allreduce --min-bytes 64K --max-bytes 4M --factor 4
 if [[ ! -f data/fashion-mnist/train.h5 || ! -f data/fashion-mnist/test.h5 ]]; then
   echo "== hpctrain prepare fashion-mnist"
   "$bin" prepare fashion-mnist --out data/fashion-mnist
