@@ -16,33 +16,19 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "../../support/mpi_test_util.hpp"
 
 namespace hpctrain::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using hpctrain::testing::world_rank;
+using hpctrain::testing::world_size;
 
 // A fresh run directory, the same on every rank.
 std::string shared_dir(const char* name) {
-  char dir[512] = {0};
-  if (world_rank() == 0) {
-    std::string pattern = ::testing::TempDir() + "hpctrain_ckpt_mpi_XXXXXX";
-    std::snprintf(dir, sizeof dir, "%s", pattern.c_str());
-    if (!mkdtemp(dir)) std::abort();
-  }
-  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-  return std::string(dir) + "/" + name;
+  return hpctrain::testing::shared_temp_dir("ckpt_mpi") + "/" + name;
 }
 
 std::vector<int> tp_sizes() {

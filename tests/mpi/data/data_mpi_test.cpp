@@ -17,6 +17,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "../../support/mpi_test_util.hpp"
 
 namespace hpctrain::data {
 namespace {
@@ -24,34 +25,23 @@ namespace {
 constexpr std::int64_t kSamples = 103;  // prime: uneven shards and remainders at every size
 constexpr std::int64_t kClasses = 7;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using hpctrain::testing::world_rank;
+using hpctrain::testing::world_size;
 
 // One file for the whole test program: rank 0 writes it, every rank opens it. Sample i has
 // inputs {i, -i} (float32) and label i mod 7, so a batch tells which samples it holds.
 const std::string& shared_file() {
   static const std::string path = [] {
-    char dir[512] = {0};
+    const std::string dir = hpctrain::testing::shared_temp_dir("data_mpi");
     if (world_rank() == 0) {
-      std::string pattern = ::testing::TempDir() + "hpctrain_data_mpi_XXXXXX";
-      std::snprintf(dir, sizeof dir, "%s", pattern.c_str());
-      if (!mkdtemp(dir)) std::abort();
       auto i = torch::arange(kSamples, torch::kFloat);
       auto inputs = torch::stack({i, -i}, 1);
       auto labels = torch::arange(kSamples, torch::kLong) % kClasses;
-      write_classification_file(std::string(dir) + "/d.h5", inputs, labels, kClasses, 1.0,
+      write_classification_file(dir + "/d.h5", inputs, labels, kClasses, 1.0,
                                 {"mpi test", "data_mpi_test"});
     }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    return std::string(dir) + "/d.h5";
+    MPI_Barrier(MPI_COMM_WORLD);  // written before any rank opens it
+    return dir + "/d.h5";
   }();
   return path;
 }

@@ -12,26 +12,17 @@
 
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "../../support/test_util.hpp"
 
 namespace hpctrain::checkpoint::testing {
 
 /// A fresh directory under the test temp dir. Local.
-inline std::string make_temp_dir() {
-  std::string pattern = ::testing::TempDir() + "hpctrain_ckpt_XXXXXX";
-  char* dir = mkdtemp(pattern.data());
-  if (!dir) throw std::runtime_error("mkdtemp failed for " + pattern);
-  return dir;
-}
+inline std::string make_temp_dir() { return hpctrain::testing::make_temp_dir("ckpt"); }
 
 /// The message of the E that `fn` throws, or "" when it throws none. Local.
 template <typename E = CheckpointError>
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
+  return hpctrain::testing::error_of<E>(fn);
 }
 
 /// A small checkpoint's content: model and optimizer records of several dtypes whose values

@@ -10,27 +10,18 @@
 
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "../../support/test_util.hpp"
 
 namespace hpctrain::data::testing {
 
 /// A fresh directory under the test temp dir. Local.
-inline std::string make_temp_dir() {
-  std::string pattern = ::testing::TempDir() + "hpctrain_data_XXXXXX";
-  char* dir = mkdtemp(pattern.data());
-  if (!dir) throw std::runtime_error("mkdtemp failed for " + pattern);
-  return dir;
-}
+inline std::string make_temp_dir() { return hpctrain::testing::make_temp_dir("data"); }
 
 /// The message of the hpctrain::Error that `fn` throws, or "" when it throws none. The error's
 /// dynamic type must be E.
 template <typename E = DataError>
 std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  }
-  return "";
+  return hpctrain::testing::error_of<E>(fn);
 }
 
 /// A directory holding the files tests/e2e/data/make_test_files.py writes (once per process).
