@@ -38,6 +38,7 @@ constexpr int kTagDone = 72;
 // Seconds spent in each phase of a save, for the debug log and benchmarks.
 class PhaseTimer {
  public:
+  explicit PhaseTimer(Clock::time_point start) : last_(start) {}
   void mark(const char* phase) {
     const auto now = Clock::now();
     text_ += str(text_.empty() ? "" : ", ", phase, " ",
@@ -47,7 +48,7 @@ class PhaseTimer {
   const std::string& text() const { return text_; }
 
  private:
-  Clock::time_point last_ = Clock::now();
+  Clock::time_point last_;
   std::string text_;
 };
 
@@ -292,7 +293,10 @@ JobResult commit(const JobContext& ctx, SaveJob& job, std::map<std::string, File
 
 JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buffer) {
   JobResult result;
-  PhaseTimer timer;
+  // From save(): agreeing on the content, the temporary directory, RNG states, the copy (unless
+  // deferred), the hand-over to the writer thread.
+  PhaseTimer timer(job.started);
+  timer.mark("save() until writing");
   std::string error;
   Layout layout;
   std::vector<std::string> data_files;
