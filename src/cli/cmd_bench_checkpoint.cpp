@@ -92,11 +92,12 @@ std::vector<checkpoint::TensorRecord> make_model(std::int64_t params, int tp_ran
 struct Row {
   std::int64_t params = 0;
   std::int64_t bytes = 0;
-  double save_s = 0;     // median, save() to committed
-  double blocked_s = 0;  // median time training was blocked (save() + wait_for_copy()), slowest rank
-  double copy_s = 0;     // median part of it spent copying the live tensors, slowest rank
-  double load_s = 0;     // median
-  double verify_s = 0;   // resolve(): rank 0 reads and checksums every file
+  double save_s = 0;  // median, save() to committed
+  double blocked_s =
+      0;                // median time training was blocked (save() + wait_for_copy()), slowest rank
+  double copy_s = 0;    // median part of it spent copying the live tensors, slowest rank
+  double load_s = 0;    // median
+  double verify_s = 0;  // resolve(): rank 0 reads and checksums every file
 };
 
 // Stands in for the next training step's forward and backward: `ms` milliseconds of matrix
@@ -199,18 +200,18 @@ int run_bench_checkpoint(CommandContext& ctx) {
                            {"repeat", g_opt.repeat},
                            {"rows", nlohmann::json::array()}};
   for (const Row& r : rows) {
-    j["rows"].push_back({{"params", r.params},
-                         {"bytes", r.bytes},
-                         {"save_s", r.save_s},
-                         {"save_mb_per_s", static_cast<double>(r.bytes) / r.save_s / 1e6},
-                         {"blocked_s", r.blocked_s},
-                         {"blocked_fraction", r.blocked_s / r.save_s},
-                         {"copy_s", r.copy_s},
-                         {"blocked_without_copy_fraction",
-                          std::max(0.0, r.blocked_s - r.copy_s) / r.save_s},
-                         {"load_s", r.load_s},
-                         {"load_mb_per_s", static_cast<double>(r.bytes) / r.load_s / 1e6},
-                         {"verify_s", r.verify_s}});
+    j["rows"].push_back(
+        {{"params", r.params},
+         {"bytes", r.bytes},
+         {"save_s", r.save_s},
+         {"save_mb_per_s", static_cast<double>(r.bytes) / r.save_s / 1e6},
+         {"blocked_s", r.blocked_s},
+         {"blocked_fraction", r.blocked_s / r.save_s},
+         {"copy_s", r.copy_s},
+         {"blocked_without_copy_fraction", std::max(0.0, r.blocked_s - r.copy_s) / r.save_s},
+         {"load_s", r.load_s},
+         {"load_mb_per_s", static_cast<double>(r.bytes) / r.load_s / 1e6},
+         {"verify_s", r.verify_s}});
   }
   if (g_opt.json) {
     std::cout << j.dump(2) << std::endl;

@@ -50,8 +50,9 @@ std::shared_ptr<Model> make_mlp(ConfigSection& section, const ModelContext& ctx)
   }
   if (dropout < 0 || dropout >= 1) section.fail("dropout", "must be in [0, 1)");
   if (ctx.tp_size > 1) {
-    section.fail("name", "the mlp model is data-parallel only: set parallel.tp=1 (tensor "
-                         "parallelism is implemented for the gpt model)");
+    section.fail("name",
+                 "the mlp model is data-parallel only: set parallel.tp=1 (tensor "
+                 "parallelism is implemented for the gpt model)");
   }
   return std::make_shared<Mlp>(in_features, hidden, num_classes, dropout);
 }

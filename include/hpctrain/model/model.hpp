@@ -37,8 +37,8 @@ struct ShardInfo {
 /// Loss of one batch. `loss` (mean over the samples or tokens of this rank's batch) is what
 /// backward runs on; the sums are what distributed metrics reduce (DESIGN.md invariant 5).
 struct LossOutput {
-  torch::Tensor loss;      ///< scalar, differentiable
-  double loss_sum = 0;     ///< sum of per-sample (per-token) losses
+  torch::Tensor loss;        ///< scalar, differentiable
+  double loss_sum = 0;       ///< sum of per-sample (per-token) losses
   std::int64_t correct = 0;  ///< top-1 correct predictions
   std::int64_t count = 0;    ///< samples (classification) or tokens (language modelling)
 };

@@ -11,12 +11,12 @@
 #include <filesystem>
 #include <mutex>
 
+#include "../../support/mpi_test_util.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
-#include "../../support/mpi_test_util.hpp"
 
 namespace hpctrain::checkpoint {
 namespace {

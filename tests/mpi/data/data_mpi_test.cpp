@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "../../support/mpi_test_util.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/dataset_writer.hpp"
 #include "hpctrain/data/eval_loader.hpp"
@@ -17,7 +18,6 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
-#include "../../support/mpi_test_util.hpp"
 
 namespace hpctrain::data {
 namespace {

@@ -147,8 +147,8 @@ TEST(RunConfig, SplitsAndDefaults) {
     EXPECT_EQ(e.exit_code(), kExitUsage);
   }
   RunConfig test_split(
-      std::string(config_text()).replace(config_text().find("batch_size: 8"), 13,
-                                         "batch_size: 8, test: T.h5"),
+      std::string(config_text())
+          .replace(config_text().find("batch_size: 8"), 13, "batch_size: 8, test: T.h5"),
       "<test>");
   EXPECT_EQ(test_split.split_path("test"), "T.h5");
   auto model = make_model(1);
@@ -166,10 +166,9 @@ TEST(ResultStore, WritesFindsRepairsAndRanks) {
   EXPECT_FALSE(store.has(key));
   EXPECT_FALSE(fs::exists(dir)) << "has() must not create anything";
   auto record = [&](const EvalKey& k, double accuracy) {
-    return nlohmann::ordered_json{{"step", k.step},        {"split", k.split},
-                                  {"accuracy", accuracy},  {"loss", 1.0 - accuracy},
-                                  {"samples", 203},        {"eval_seconds", 0.1},
-                                  {"samples_per_s", 2030}, {"key", k.to_json()}};
+    return nlohmann::ordered_json{
+        {"step", k.step}, {"split", k.split},    {"accuracy", accuracy},  {"loss", 1.0 - accuracy},
+        {"samples", 203}, {"eval_seconds", 0.1}, {"samples_per_s", 2030}, {"key", k.to_json()}};
   };
   store.write(key, record(key, 0.5), "accuracy", true);
   EXPECT_TRUE(store.has(key));
@@ -198,7 +197,9 @@ TEST(ResultStore, WritesFindsRepairsAndRanks) {
   ASSERT_EQ(lines.size(), 3u);
   {
     std::ofstream out(dir + "/results.jsonl", std::ios::trunc);
-    out << lines[1] << "\n" << lines[2] << "\n" << "{\"cut short";  // and a torn line
+    out << lines[1] << "\n"
+        << lines[2] << "\n"
+        << "{\"cut short";  // and a torn line
   }
   EXPECT_TRUE(store.has(key));
   EXPECT_TRUE(store.has(key));

@@ -10,14 +10,16 @@
 #include <functional>
 #include <string>
 
+#include "../../support/test_util.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/runtime/error.hpp"
-#include "../../support/test_util.hpp"
 
 namespace hpctrain::checkpoint::testing {
 
 /// A fresh directory under the test temp dir. Local.
-inline std::string make_temp_dir() { return hpctrain::testing::make_temp_dir("ckpt"); }
+inline std::string make_temp_dir() {
+  return hpctrain::testing::make_temp_dir("ckpt");
+}
 
 /// The message of the E that `fn` throws, or "" when it throws none. Local.
 template <typename E = CheckpointError>

@@ -8,14 +8,16 @@
 #include <functional>
 #include <string>
 
+#include "../../support/test_util.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/runtime/error.hpp"
-#include "../../support/test_util.hpp"
 
 namespace hpctrain::data::testing {
 
 /// A fresh directory under the test temp dir. Local.
-inline std::string make_temp_dir() { return hpctrain::testing::make_temp_dir("data"); }
+inline std::string make_temp_dir() {
+  return hpctrain::testing::make_temp_dir("data");
+}
 
 /// The message of the hpctrain::Error that `fn` throws, or "" when it throws none. The error's
 /// dynamic type must be E.
