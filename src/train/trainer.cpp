@@ -405,12 +405,12 @@ TrainOutcome Trainer::run() {
     m.sampler->next_global_batch(m.state.sampler);  // advance the main thread's copy
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;
-    interval.add(r, m.global_batch);
-    m.phases.train_wall += seconds_since(step_start);
+    const double step_seconds = seconds_since(step_start);
+    interval.add(r, m.global_batch, step_seconds);
+    m.phases.train_wall += step_seconds;
 
     const std::int64_t step = m.state.step;
-    runlog.live(step, m.state.sampler.epoch, r.local_loss, r.lr,
-                interval.samples / std::max(1e-9, seconds_since(interval.start)));
+    runlog.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second());
     if (step % cfg.logging.every_steps == 0 || step == m.total_steps) {
       log_interval(interval, step, m.state.sampler.epoch, *m.env.comms.dp, runlog);
       interval = IntervalStats{};

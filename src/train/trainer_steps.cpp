@@ -161,7 +161,8 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   return r;
 }
 
-void IntervalStats::add(const StepResult& r, std::int64_t global_batch) {
+void IntervalStats::add(const StepResult& r, std::int64_t global_batch, double step_seconds) {
+  seconds += step_seconds;
   loss_sum += r.loss_sum;
   correct += r.correct;
   count += r.count;
@@ -177,9 +178,9 @@ void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm
   auto sums = torch::tensor({in.loss_sum, in.correct, in.count}, torch::kDouble);
   dp.all_reduce(sums, comm::ReduceOp::kSum);
   auto s = sums.accessor<double, 1>();
-  const double seconds = std::chrono::duration<double>(Clock::now() - in.start).count();
+  const double seconds = in.seconds;
   const double loss = s[2] > 0 ? s[0] / s[2] : 0;
-  const double sps = seconds > 0 ? in.samples / seconds : 0;
+  const double sps = in.samples_per_second();
   nlohmann::ordered_json j{{"type", "train"},
                            {"step", step},
                            {"epoch", epoch},

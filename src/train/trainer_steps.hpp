@@ -69,7 +69,9 @@ class StepRunner {
 
 /// Sums over the steps between two log lines.
 struct IntervalStats {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  /// Wall time of the interval's training steps (data wait included; evaluations, checkpoint
+  /// saves and logging between steps excluded), as the ledger's training throughput counts it.
+  double seconds = 0;
   double loss_sum = 0;
   double correct = 0;
   double count = 0;
@@ -79,7 +81,9 @@ struct IntervalStats {
   double data_wait = 0;
   double grad_norm = 0;
   double lr = 0;
-  void add(const StepResult& r, std::int64_t global_batch);
+  void add(const StepResult& r, std::int64_t global_batch, double step_seconds);
+  /// Training samples per second of the interval so far (0 before the first step).
+  double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }
 };
 
 /// Reduces the interval over the dp group and writes a train record and (plain mode) a line.

@@ -59,6 +59,21 @@ for x, y in zip(a, b):
     assert abs(x["loss"] - y["loss"]) < 1e-4 and abs(x["accuracy"] - y["accuracy"]) < 2e-3, (x, y)
 PY
 
+# The training rate of every logged interval counts the training steps only (not the evaluations
+# and saves between them), as the ledger does: on one rank the intervals' seconds add up to the
+# ledger's training-loop time.
+$PY - "$TMP/np1" <<'PY' || fail "interval samples/s against the ledger"
+import json, sys
+run = sys.argv[1]
+train = [json.loads(l) for l in open(f"{run}/metrics.jsonl") if '"train"' in l]
+assert [r["step"] for r in train] == [10, 20, 30, 40, 50, 60], train
+seconds = sum(10 * 32 / r["samples_per_s"] for r in train)
+loop = json.load(open(f"{run}/ledger.json"))["wall_seconds"]["train_loop"]
+assert abs(seconds - loop) < 1e-6 * loop, (seconds, loop)
+for r in train:
+    assert abs(r["step_time"] * r["samples_per_s"] - 32) < 1e-6 * 32, r
+PY
+
 # Progress output: plain lines when stdout is not a terminal (the runs above), a live line
 # rewritten in place on a terminal (logging.progress auto under a pseudo-terminal from script(1)).
 if grep -q $'\r' "$TMP/np2.txt"; then fail "a live progress line in output that is not a terminal"; fi
