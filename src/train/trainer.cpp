@@ -389,6 +389,9 @@ TrainOutcome Trainer::run() {
   };
   IntervalStats interval;
   bool stop = false;
+  // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
+  // counted with the next step: training time is the loop's time less evaluations and saves.
+  double carried = 0;
   while (m.state.step < m.total_steps && !stop) {
     const auto step_start = Clock::now();
     const double wait_before = prefetcher.wait_seconds();
@@ -405,9 +408,11 @@ TrainOutcome Trainer::run() {
     m.sampler->next_global_batch(m.state.sampler);  // advance the main thread's copy
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;
-    const double step_seconds = seconds_since(step_start);
+    const double step_seconds = seconds_since(step_start) + carried;
     interval.add(r, m.global_batch, step_seconds);
     m.phases.train_wall += step_seconds;
+    const auto after_step = Clock::now();
+    double excluded = 0;  // evaluation and checkpoint saves of this iteration
 
     const std::int64_t step = m.state.step;
     runlog.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second());
@@ -418,7 +423,11 @@ TrainOutcome Trainer::run() {
     const bool eval_now =
         m.val_data && ((cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0) ||
                        (cfg.eval.at_end && step == m.total_steps));
-    if (eval_now && m.run_eval(step, stop_signal, agree, runlog, outcome)) stop = true;
+    if (eval_now) {
+      const auto eval_start = Clock::now();
+      if (m.run_eval(step, stop_signal, agree, runlog, outcome)) stop = true;
+      excluded += seconds_since(eval_start);
+    }
 
     // Every rank agrees before anyone acts (DESIGN.md invariant 2): one collective per step
     // combines stop signals, the wall-time deadline and the time-based checkpoint interval.
@@ -449,8 +458,11 @@ TrainOutcome Trainer::run() {
         (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) ||
         (last && cfg.checkpoint.at_end);
     if (save_now && m.last_saved_step != step) {
+      const auto save_start = Clock::now();
       m.save(step, requeue ? "stop request" : last ? "end of run" : "interval");
+      excluded += seconds_since(save_start);
     }
+    carried = std::max(0.0, seconds_since(after_step) - excluded);
   }
   if (m.state.step >= m.total_steps && m.last_saved_step != m.state.step && cfg.checkpoint.at_end &&
       m.state.step > first_step) {

@@ -61,7 +61,7 @@ PY
 
 # The training rate of every logged interval counts the training steps only (not the evaluations
 # and saves between them), as the ledger does: on one rank the intervals' seconds add up to the
-# ledger's training-loop time.
+# ledger's training-loop time (the loop's time less evaluations and saves).
 $PY - "$TMP/np1" <<'PY' || fail "interval samples/s against the ledger"
 import json, sys
 run = sys.argv[1]
