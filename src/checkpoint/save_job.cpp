@@ -52,15 +52,6 @@ class PhaseTimer {
   std::string text_;
 };
 
-std::string utc_now() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
 std::string error_text(const std::exception& e) {
   return e.what();
 }
@@ -147,7 +138,7 @@ nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
   m["metric"] = c.metric && std::isfinite(*c.metric) ? nlohmann::json(*c.metric) : nlohmann::json();
   m["metric_name"] = ctx.options.metric_name;
   m["higher_is_better"] = ctx.options.higher_is_better;
-  m["created_at"] = utc_now();
+  m["created_at"] = utc_timestamp();
   m["world_size"] = ctx.world_size;
   m["grid"] = {{"dp", ctx.dp_size}, {"tp", ctx.tp_size}};
   m["config_xxh3"] = xxh3_hex(c.config_text);

@@ -18,15 +18,6 @@ namespace {
 
 constexpr std::int64_t kChunkBytes = 128 * 1024;
 
-std::string utc_now() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buffer;
-}
-
 // Creates `path` under a temporary name, lets `fill` write its content, then fsyncs and renames
 // it into place, so a crash never leaves a half-written file under the final name.
 template <typename Fill>
@@ -45,7 +36,7 @@ void write_atomically(const std::string& path, const char* kind, const Provenanc
       h5::write_attr(file.get(), "kind", std::string(kind), where);
       h5::write_attr(file.get(), "source", provenance.source, where);
       h5::write_attr(file.get(), "created_by", provenance.created_by, where);
-      h5::write_attr(file.get(), "created_at", utc_now(), where);
+      h5::write_attr(file.get(), "created_at", utc_timestamp(), where);
       fill(file.get(), where);
       HPCTRAIN_H5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), where);
     }

@@ -34,15 +34,6 @@ using detail::CheckpointPlan;
 
 namespace {
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return text;
-}
-
 std::string absolute(const std::string& path) {
   std::error_code ec;
   auto p = fs::weakly_canonical(fs::absolute(path), ec);
@@ -195,7 +186,7 @@ nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& p
   j["data_wait_seconds"] = r.data_wait_seconds;
   j["config"] = absolute(plan.config_origin);
   j["hpctrain_version"] = HPCTRAIN_VERSION;
-  j["created_at"] = utc_now();
+  j["created_at"] = utc_timestamp();
   return j;
 }
 

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 
 #include "hpctrain/runtime/error.hpp"
 
@@ -67,6 +68,15 @@ std::uint64_t parse_bytes(const std::string& text, const std::string& what) {
   }
   if (value < 0) throw ConfigError(str(what, ": size '", text, "' is negative"));
   return static_cast<std::uint64_t>(std::llround(value * scale));
+}
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
 }
 
 }  // namespace hpctrain

@@ -126,6 +126,8 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   r.comm_wait = p_.sync.finish();
   phases.comm_wait += r.comm_wait;
 
+  // A checkpoint's deferred copy must finish before anything below may change the parameters.
+  if (p_.before_update) phases.checkpoint += p_.before_update();
   auto t2 = Clock::now();
   sync_replicated_gradients();
   r.grad_norm = global_grad_norm();
@@ -148,11 +150,6 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   }
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
     p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
-  }
-  if (p_.before_update) {
-    const double waited = p_.before_update();
-    phases.checkpoint += waited;
-    phases.optimizer -= waited;  // counted as checkpoint time, not optimizer time
   }
   p_.optimizer.step(r.lr);
   p_.flat.zero_grads();

@@ -49,8 +49,9 @@ class StepRunner {
     TrainEnvironment& env;
     const TrainConfig& cfg;
     torch::Device device;
-    /// Called right before the optimizer modifies parameters and optimizer state, returning
-    /// the seconds it blocked (the checkpoint's deferred copy); may be empty.
+    /// Called after backward, before the update phase (the first code that may modify
+    /// parameters and optimizer state), returning the seconds it blocked (the checkpoint's
+    /// deferred copy; counted as checkpoint time); may be empty.
     std::function<double()> before_update;
   };
   explicit StepRunner(Parts parts);

@@ -22,6 +22,9 @@ std::string format_bytes(double bytes);
 /// "1.2 s", "35 ms", "2 h 03 min": a duration for humans. Local.
 std::string format_seconds(double seconds);
 
+/// The current UTC time as ISO 8601, "2026-11-30T19:32:05Z" (for created_at fields). Local.
+std::string utc_timestamp();
+
 /// Parses "64K", "1M", "2GiB", "1048576" into bytes; throws ConfigError naming `what`. Local.
 std::uint64_t parse_bytes(const std::string& text, const std::string& what);
 
