@@ -2,11 +2,11 @@
 
 #include <hdf5.h>
 
-#include <cstring>
 #include <utility>
 
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -17,54 +17,9 @@ namespace {
 constexpr hsize_t kAlignThreshold = 64 * 1024;
 constexpr hsize_t kAlignment = 4096;
 
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
-  ~Handle() {
-    if (id_ >= 0) closer_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  /// Closes now and returns the result: closing a file flushes its metadata, which can fail.
-  herr_t close() {
-    const herr_t result = id_ >= 0 ? closer_(id_) : 0;
-    id_ = -1;
-    return result;
-  }
+using data::h5::Handle;
 
- private:
-  hid_t id_;
-  Closer closer_;
-};
-
-herr_t collect_innermost(unsigned, const H5E_error2_t* err, void* client) {
-  auto* out = static_cast<std::string*>(client);
-  std::string text = err->desc ? err->desc : "";
-  char minor[128] = {0};
-  if (H5Eget_msg(err->min_num, nullptr, minor, sizeof minor) > 0 && minor[0] != '\0') {
-    text = text.empty() ? minor : str(text, " (", minor, ")");
-  }
-  if (!text.empty()) *out = text;
-  return 0;
-}
-
-[[noreturn]] void throw_h5(const std::string& where, const char* call, int line) {
-  std::string detail;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_innermost, &detail);
-  H5Eclear2(H5E_DEFAULT);
-  throw CheckpointError(str(where, ": HDF5 call ", call, " failed (h5_store.cpp:", line, ")",
-                            detail.empty() ? "" : ": ", detail));
-}
-
-template <typename T, typename Where>
-T checked(T result, const char* call, int line, Where&& where) {
-  if (result < 0) throw_h5(where(), call, line);
-  return result;
-}
-
-#define CKPT_H5(call, where) checked((call), #call, __LINE__, [&] { return (where); })
+#define CKPT_H5(call, where) HPCTRAIN_H5_AS(CheckpointError, call, where)
 
 // IEEE 754 half precision, built the way h5py builds it, so h5py reads it as numpy float16.
 hid_t make_half_type() {
@@ -151,53 +106,11 @@ std::optional<torch::ScalarType> infer_dtype(hid_t type) {
 
 void write_string_attr(hid_t object, const char* name, const std::string& value,
                        const std::string& where) {
-  // Variable-length UTF-8, as h5py writes Python str attributes, so h5py reads them as str.
-  Handle type(CKPT_H5(H5Tcopy(H5T_C_S1), where), H5Tclose);
-  CKPT_H5(H5Tset_size(type.get(), H5T_VARIABLE), where);
-  CKPT_H5(H5Tset_cset(type.get(), H5T_CSET_UTF8), where);
-  Handle space(CKPT_H5(H5Screate(H5S_SCALAR), where), H5Sclose);
-  Handle attr(
-      CKPT_H5(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), where),
-      H5Aclose);
-  const char* text = value.c_str();
-  CKPT_H5(H5Awrite(attr.get(), type.get(), &text), where);
+  data::h5::write_attr<CheckpointError>(object, name, value, where);
 }
 
 void write_int_attr(hid_t object, const char* name, std::int64_t value, const std::string& where) {
-  Handle space(CKPT_H5(H5Screate(H5S_SCALAR), where), H5Sclose);
-  Handle attr(
-      CKPT_H5(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-              where),
-      H5Aclose);
-  CKPT_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), where);
-}
-
-std::optional<std::string> read_string_attr(hid_t object, const char* name,
-                                            const std::string& where) {
-  if (H5Aexists(object, name) <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return std::nullopt;
-  }
-  Handle attr(CKPT_H5(H5Aopen(object, name, H5P_DEFAULT), where), H5Aclose);
-  Handle type(CKPT_H5(H5Aget_type(attr.get()), where), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
-  if (H5Tis_variable_str(type.get()) > 0) {
-    Handle mem(CKPT_H5(H5Tcopy(H5T_C_S1), where), H5Tclose);
-    CKPT_H5(H5Tset_size(mem.get(), H5T_VARIABLE), where);
-    CKPT_H5(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), where);
-    char* value = nullptr;
-    CKPT_H5(H5Aread(attr.get(), mem.get(), &value), where);
-    std::string out = value ? value : "";
-    if (value) H5free_memory(value);
-    return out;
-  }
-  const std::size_t size = H5Tget_size(type.get());
-  std::string buffer(size + 1, '\0');
-  Handle mem(CKPT_H5(H5Tcopy(H5T_C_S1), where), H5Tclose);
-  CKPT_H5(H5Tset_size(mem.get(), size + 1), where);
-  CKPT_H5(H5Aread(attr.get(), mem.get(), buffer.data()), where);
-  buffer.resize(std::strlen(buffer.c_str()));
-  return buffer;
+  data::h5::write_attr<CheckpointError>(object, name, value, where);
 }
 
 std::vector<hsize_t> to_hsize(const std::vector<std::int64_t>& shape) {
@@ -337,7 +250,7 @@ std::vector<std::optional<DatasetLayout>> describe_datasets(
     Handle dcpl(CKPT_H5(H5Dget_create_plist(dataset.get()), what), H5Pclose);
     DatasetLayout layout;
     layout.shape = space_shape(space.get(), what);
-    const auto attr = read_string_attr(dataset.get(), "dtype", what);
+    const auto attr = data::h5::read_string_attr<CheckpointError>(dataset.get(), "dtype", what);
     std::optional<torch::ScalarType> dtype =
         attr ? dtype_from_name(*attr) : infer_dtype(type.get());
     layout.dtype = dtype ? h5::dtype_name(*dtype, what) : std::string("unsupported");

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "hdf5_util.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/data/dataset.hpp"
 
 namespace hpctrain::data::detail {

@@ -1,4 +1,4 @@
-#include "hdf5_util.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 
 #include <cstdio>
 #include <cstring>
@@ -22,6 +22,7 @@ herr_t collect_innermost(unsigned /*n*/, const H5E_error2_t* err, void* client) 
   return 0;
 }
 
+template <typename ErrorType>
 std::optional<std::pair<Handle, Handle>> open_attr(hid_t object, const char* name,
                                                    const std::string& where) {
   htri_t present = H5Aexists(object, name);
@@ -29,15 +30,16 @@ std::optional<std::pair<Handle, Handle>> open_attr(hid_t object, const char* nam
     H5Eclear2(H5E_DEFAULT);
     return std::nullopt;
   }
-  Handle attr(HPCTRAIN_H5(H5Aopen(object, name, H5P_DEFAULT), str(where, " attribute ", name)),
-              H5Aclose);
-  Handle type(HPCTRAIN_H5(H5Aget_type(attr.get()), str(where, " attribute ", name)), H5Tclose);
+  const std::string what = str(where, " attribute ", name);
+  Handle attr(HPCTRAIN_H5_AS(ErrorType, H5Aopen(object, name, H5P_DEFAULT), what), H5Aclose);
+  Handle type(HPCTRAIN_H5_AS(ErrorType, H5Aget_type(attr.get()), what), H5Tclose);
   return std::make_pair(std::move(attr), std::move(type));
 }
 
+template <typename ErrorType>
 std::int64_t attr_elements(hid_t attr, const std::string& where) {
-  Handle space(HPCTRAIN_H5(H5Aget_space(attr), where), H5Sclose);
-  return HPCTRAIN_H5(H5Sget_simple_extent_npoints(space.get()), where);
+  Handle space(HPCTRAIN_H5_AS(ErrorType, H5Aget_space(attr), where), H5Sclose);
+  return HPCTRAIN_H5_AS(ErrorType, H5Sget_simple_extent_npoints(space.get()), where);
 }
 
 }  // namespace
@@ -53,11 +55,12 @@ std::string take_error_detail() {
   return detail;
 }
 
-void throw_call_error(const std::string& where, const char* call, const char* file, int line) {
+std::string call_error_message(const std::string& where, const char* call, const char* file,
+                               int line) {
   std::string detail = take_error_detail();
   const char* base = std::strrchr(file, '/');
-  throw DataError(str(where, ": HDF5 call ", call, " failed (", base ? base + 1 : file, ":", line,
-                      ")", detail.empty() ? "" : ": ", detail));
+  return str(where, ": HDF5 call ", call, " failed (", base ? base + 1 : file, ":", line, ")",
+             detail.empty() ? "" : ": ", detail);
 }
 
 std::string type_name(hid_t type) {
@@ -112,11 +115,11 @@ std::vector<std::int64_t> chunk_dims(hid_t dataset, const std::string& where) {
 }
 
 std::optional<double> read_number_attr(hid_t object, const char* name, const std::string& where) {
-  auto opened = open_attr(object, name, where);
+  auto opened = open_attr<DataError>(object, name, where);
   if (!opened) return std::nullopt;
   auto& [attr, type] = *opened;
   const H5T_class_t cls = H5Tget_class(type.get());
-  const std::int64_t n = attr_elements(attr.get(), where);
+  const std::int64_t n = attr_elements<DataError>(attr.get(), where);
   if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || n != 1) {
     throw DataError(str(where, ": attribute '", name, "' should be a single number, found ",
                         type_name(type.get()), " with ", n,
@@ -127,30 +130,31 @@ std::optional<double> read_number_attr(hid_t object, const char* name, const std
   return value;
 }
 
+template <typename ErrorType>
 std::optional<std::string> read_string_attr(hid_t object, const char* name,
                                             const std::string& where) {
-  auto opened = open_attr(object, name, where);
+  auto opened = open_attr<ErrorType>(object, name, where);
   if (!opened) return std::nullopt;
   auto& [attr, type] = *opened;
-  if (H5Tget_class(type.get()) != H5T_STRING || attr_elements(attr.get(), where) != 1) {
+  if (H5Tget_class(type.get()) != H5T_STRING || attr_elements<ErrorType>(attr.get(), where) != 1) {
     return std::nullopt;
   }
   const std::string what = str(where, " attribute ", name);
   if (H5Tis_variable_str(type.get()) > 0) {
-    Handle mem(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
-    HPCTRAIN_H5(H5Tset_size(mem.get(), H5T_VARIABLE), what);
-    HPCTRAIN_H5(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), what);
+    Handle mem(HPCTRAIN_H5_AS(ErrorType, H5Tcopy(H5T_C_S1), what), H5Tclose);
+    HPCTRAIN_H5_AS(ErrorType, H5Tset_size(mem.get(), H5T_VARIABLE), what);
+    HPCTRAIN_H5_AS(ErrorType, H5Tset_cset(mem.get(), H5Tget_cset(type.get())), what);
     char* value = nullptr;
-    HPCTRAIN_H5(H5Aread(attr.get(), mem.get(), &value), what);
+    HPCTRAIN_H5_AS(ErrorType, H5Aread(attr.get(), mem.get(), &value), what);
     std::string out = value ? value : "";
     if (value) H5free_memory(value);
     return out;
   }
   const std::size_t size = H5Tget_size(type.get());
   std::string buffer(size + 1, '\0');
-  Handle mem(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
-  HPCTRAIN_H5(H5Tset_size(mem.get(), size + 1), what);
-  HPCTRAIN_H5(H5Aread(attr.get(), mem.get(), buffer.data()), what);
+  Handle mem(HPCTRAIN_H5_AS(ErrorType, H5Tcopy(H5T_C_S1), what), H5Tclose);
+  HPCTRAIN_H5_AS(ErrorType, H5Tset_size(mem.get(), size + 1), what);
+  HPCTRAIN_H5_AS(ErrorType, H5Aread(attr.get(), mem.get(), buffer.data()), what);
   buffer.resize(std::strlen(buffer.c_str()));
   return buffer;
 }
@@ -166,11 +170,11 @@ std::vector<std::pair<std::string, std::string>> describe_attrs(hid_t object,
   HPCTRAIN_H5(H5Aiterate2(object, H5_INDEX_NAME, H5_ITER_INC, &index, collect, &names), where);
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string& name : names) {
-    auto opened = open_attr(object, name.c_str(), where);
+    auto opened = open_attr<DataError>(object, name.c_str(), where);
     if (!opened) continue;
     auto& [attr, type] = *opened;
     const H5T_class_t cls = H5Tget_class(type.get());
-    const std::int64_t n = attr_elements(attr.get(), where);
+    const std::int64_t n = attr_elements<DataError>(attr.get(), where);
     std::string value;
     if (cls == H5T_STRING && n == 1) {
       value = read_string_attr(object, name.c_str(), where).value_or("");
@@ -185,40 +189,54 @@ std::vector<std::pair<std::string, std::string>> describe_attrs(hid_t object,
   return out;
 }
 
+namespace {
+
+// A scalar attribute of type `file_type` holding *value (in `memory_type`).
+template <typename ErrorType>
+void write_scalar_attr(hid_t object, const char* name, hid_t file_type, hid_t memory_type,
+                       const void* value, const std::string& where) {
+  const std::string what = str(where, " attribute ", name);
+  Handle space(HPCTRAIN_H5_AS(ErrorType, H5Screate(H5S_SCALAR), what), H5Sclose);
+  Handle attr(HPCTRAIN_H5_AS(
+                  ErrorType,
+                  H5Acreate2(object, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), what),
+              H5Aclose);
+  HPCTRAIN_H5_AS(ErrorType, H5Awrite(attr.get(), memory_type, value), what);
+}
+
+}  // namespace
+
+template <typename ErrorType>
 void write_attr(hid_t object, const char* name, std::int64_t value, const std::string& where) {
-  const std::string what = str(where, " attribute ", name);
-  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
-  Handle attr(
-      HPCTRAIN_H5(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                  what),
-      H5Aclose);
-  HPCTRAIN_H5(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), what);
+  write_scalar_attr<ErrorType>(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value, where);
 }
 
+template <typename ErrorType>
 void write_attr(hid_t object, const char* name, double value, const std::string& where) {
-  const std::string what = str(where, " attribute ", name);
-  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
-  Handle attr(
-      HPCTRAIN_H5(H5Acreate2(object, name, H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                  what),
-      H5Aclose);
-  HPCTRAIN_H5(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value), what);
+  write_scalar_attr<ErrorType>(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value, where);
 }
 
+template <typename ErrorType>
 void write_attr(hid_t object, const char* name, const std::string& value,
                 const std::string& where) {
   // Variable-length UTF-8, as h5py writes Python str attributes, so h5py reads them back as str.
   const std::string what = str(where, " attribute ", name);
-  Handle type(HPCTRAIN_H5(H5Tcopy(H5T_C_S1), what), H5Tclose);
-  HPCTRAIN_H5(H5Tset_size(type.get(), H5T_VARIABLE), what);
-  HPCTRAIN_H5(H5Tset_cset(type.get(), H5T_CSET_UTF8), what);
-  Handle space(HPCTRAIN_H5(H5Screate(H5S_SCALAR), what), H5Sclose);
-  Handle attr(
-      HPCTRAIN_H5(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-                  what),
-      H5Aclose);
+  Handle type(HPCTRAIN_H5_AS(ErrorType, H5Tcopy(H5T_C_S1), what), H5Tclose);
+  HPCTRAIN_H5_AS(ErrorType, H5Tset_size(type.get(), H5T_VARIABLE), what);
+  HPCTRAIN_H5_AS(ErrorType, H5Tset_cset(type.get(), H5T_CSET_UTF8), what);
   const char* text = value.c_str();
-  HPCTRAIN_H5(H5Awrite(attr.get(), type.get(), &text), what);
+  write_scalar_attr<ErrorType>(object, name, type.get(), type.get(), &text, where);
 }
+
+// The error types the data and checkpoint layers use.
+#define HPCTRAIN_H5_INSTANTIATE(ErrorType)                                                   \
+  template std::optional<std::string> read_string_attr<ErrorType>(hid_t, const char*,        \
+                                                                  const std::string&);       \
+  template void write_attr<ErrorType>(hid_t, const char*, std::int64_t, const std::string&); \
+  template void write_attr<ErrorType>(hid_t, const char*, double, const std::string&);       \
+  template void write_attr<ErrorType>(hid_t, const char*, const std::string&, const std::string&);
+HPCTRAIN_H5_INSTANTIATE(DataError)
+HPCTRAIN_H5_INSTANTIATE(CheckpointError)
+#undef HPCTRAIN_H5_INSTANTIATE
 
 }  // namespace hpctrain::data::h5

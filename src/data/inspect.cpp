@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "hdf5_util.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/runtime/error.hpp"

@@ -1,7 +1,8 @@
 #pragma once
-// Private HDF5 helpers of the data layer: RAII handles, the HPCTRAIN_H5 check macro that turns a
-// failed call into a DataError naming the file and dataset, and attribute reading and writing in
-// the form h5py uses (scalar numbers, variable-length UTF-8 strings).
+// HDF5 helpers of the data layer, shared with the checkpoint layer: RAII handles, the HPCTRAIN_H5
+// check macro that turns a failed call into an error naming the file and dataset (DataError, or
+// the error type given to HPCTRAIN_H5_AS: the checkpoint layer throws CheckpointError), and
+// attribute reading and writing in the form h5py uses (scalar numbers, variable-length UTF-8).
 // Callers hold hdf5_mutex() (hdf5_lock.hpp): this HDF5 build is not thread-safe.
 
 #include <hdf5.h>
@@ -11,6 +12,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "hpctrain/runtime/error.hpp"
 
 namespace hpctrain::data::h5 {
 
@@ -35,9 +38,12 @@ class Handle {
 
   hid_t get() const { return id_; }
   explicit operator bool() const { return id_ >= 0; }
-  void reset() {
-    if (id_ >= 0 && closer_) closer_(id_);
+  void reset() { close(); }
+  /// Closes now and returns the result: closing a file flushes its metadata, which can fail.
+  herr_t close() {
+    const herr_t result = id_ >= 0 && closer_ ? closer_(id_) : 0;
     id_ = -1;
+    return result;
   }
 
  private:
@@ -52,13 +58,13 @@ void silence_errors();
 /// the stack. Empty when there is none. Local.
 std::string take_error_detail();
 
-/// Throws DataError "<where>: <call> failed (<file>:<line>): <HDF5 detail>". Local.
-[[noreturn]] void throw_call_error(const std::string& where, const char* call, const char* file,
-                                   int line);
+/// "<where>: HDF5 call <call> failed (<file>:<line>): <HDF5 detail>" (takes the error detail).
+std::string call_error_message(const std::string& where, const char* call, const char* file,
+                               int line);
 
-template <typename T, typename Where>
+template <typename ErrorType, typename T, typename Where>
 T checked(T result, const char* call, const char* file, int line, Where&& where) {
-  if (result < 0) throw_call_error(where(), call, file, line);
+  if (result < 0) throw ErrorType(call_error_message(where(), call, file, line));
   return result;
 }
 
@@ -77,21 +83,30 @@ std::vector<std::int64_t> chunk_dims(hid_t dataset, const std::string& where);
 /// Attribute `name` of `object` as a number (any integer or float type, scalar or one element),
 /// nullopt when absent. Throws DataError naming `where` when it exists but is not a number.
 std::optional<double> read_number_attr(hid_t object, const char* name, const std::string& where);
-/// Attribute `name` as a string (fixed or variable length), nullopt when absent. Local.
+/// Attribute `name` as a string (fixed or variable length), nullopt when absent or not a single
+/// string. HDF5 failures throw ErrorType (instantiated for DataError and CheckpointError).
+template <typename ErrorType = DataError>
 std::optional<std::string> read_string_attr(hid_t object, const char* name,
                                             const std::string& where);
 /// Every attribute of `object` as "name" -> printable value (for inspect). Local.
 std::vector<std::pair<std::string, std::string>> describe_attrs(hid_t object,
                                                                 const std::string& where);
 
-/// Writes scalar attributes the way h5py does (int64, float64, variable-length UTF-8). Local.
+/// Writes scalar attributes the way h5py does (int64, float64, variable-length UTF-8). HDF5
+/// failures throw ErrorType (instantiated for DataError and CheckpointError).
+template <typename ErrorType = DataError>
 void write_attr(hid_t object, const char* name, std::int64_t value, const std::string& where);
+template <typename ErrorType = DataError>
 void write_attr(hid_t object, const char* name, double value, const std::string& where);
+template <typename ErrorType = DataError>
 void write_attr(hid_t object, const char* name, const std::string& value, const std::string& where);
 
 }  // namespace hpctrain::data::h5
 
 /// Checks an HDF5 call (negative = failure) and returns its result; `where` (evaluated only on
 /// failure) names the file and dataset: HPCTRAIN_H5(H5Dopen2(...), str(path, ": /inputs")).
-#define HPCTRAIN_H5(call, where) \
-  ::hpctrain::data::h5::checked((call), #call, __FILE__, __LINE__, [&] { return (where); })
+/// A failure throws DataError; HPCTRAIN_H5_AS(ErrorType, call, where) throws ErrorType.
+#define HPCTRAIN_H5_AS(ErrorType, call, where)                                \
+  ::hpctrain::data::h5::checked<ErrorType>((call), #call, __FILE__, __LINE__, \
+                                           [&] { return (where); })
+#define HPCTRAIN_H5(call, where) HPCTRAIN_H5_AS(::hpctrain::DataError, call, where)
