@@ -82,6 +82,11 @@ interrupt_once() {
   expect_grep "stopped after step [0-9]+: SIG(USR1|TERM) received: saved, requeue to resume" "$out"
   expect_grep "start 2 on" "$out"
   expect_grep "resumed from .*step_[0-9]{8} at step [0-9]+" "$out"
+  # The script's own requeue after Slurm's (scontrol requeue) is reported, not scontrol's error.
+  if grep -Eq "scontrol requeue failed|pending execution for job" "$out"; then
+    fail "$kind: the job script's requeue printed an error"
+    grep -E "requeue|pending" "$out" | sed 's/^/    | /' >&2
+  fi
   return 0
 }
 
