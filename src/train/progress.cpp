@@ -3,18 +3,36 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
+namespace {
+
+// Whether the person who started the job sees this process's stdout on a terminal. OpenMPI gives
+// the ranks it starts a pseudo-terminal of their own even when mpirun's output goes to a file or a
+// pipe (`mpirun ... > log`, `| tee`, mpirun inside a batch job): under mpirun, mpirun's own stdout
+// decides (rank 0's parent on the launching node). Under srun, a terminal means `srun --pty`.
+bool output_is_terminal() {
+  if (isatty(STDOUT_FILENO) == 0) return false;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return true;
+  std::error_code ec;
+  const auto target = std::filesystem::read_symlink(str("/proc/", getppid(), "/fd/1"), ec);
+  if (ec) return false;  // parent not readable (e.g. a remote daemon): plain lines are safe
+  const std::string name = target.string();
+  return name.rfind("/dev/pts/", 0) == 0 || name.rfind("/dev/tty", 0) == 0;
+}
+
+}  // namespace
 
 RunLog::RunLog(bool active, const std::string& run_dir, const std::string& mode,
                std::int64_t total_steps, bool fresh)
     : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
-  live_ = mode == "live" || (mode == "auto" && isatty(STDOUT_FILENO));
+  live_ = mode == "live" || (mode == "auto" && output_is_terminal());
   off_ = mode == "off";
   const std::string path = run_dir + "/metrics.jsonl";
   std::error_code ec;

@@ -9,7 +9,7 @@ common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/
   --set "data.val=$data/test.h5")
 
 expect_exit 0 "$TMP/np2.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
-  --set "run.dir=$TMP/np2" --set data.batch_size=16
+  --set "run.dir=$TMP/np2" --set data.batch_size=16 --set logging.progress=auto
 expect_grep "training mlp .* on dp=2 x tp=1, 32 samples per step" "$TMP/np2.txt"
 expect_grep "eval at step 60: loss" "$TMP/np2.txt"
 expect_grep "compute ledger" "$TMP/np2.txt"
@@ -74,13 +74,18 @@ for r in train:
     assert abs(r["step_time"] * r["samples_per_s"] - 32) < 1e-6 * 32, r
 PY
 
-# Progress output: plain lines when stdout is not a terminal (the runs above), a live line
-# rewritten in place on a terminal (logging.progress auto under a pseudo-terminal from script(1)).
+# Progress output: plain lines when stdout is not a terminal (the mpirun run above writes to a
+# file, though OpenMPI gives its ranks a pseudo-terminal), a live line rewritten in place on a
+# terminal (logging.progress auto under a pseudo-terminal from script(1)), alone and under mpirun.
 if grep -q $'\r' "$TMP/np2.txt"; then fail "a live progress line in output that is not a terminal"; fi
 expect_grep "^\[hpctrain\] step 60 \| epoch 0 \| loss" "$TMP/np2.txt"
+live=$'\r\033\\[K step 60/60 \\| epoch 0 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| [0-9]+ samples/s \\| ETA'
 printf -v cmd '%q ' "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/tty" \
   --set logging.progress=auto
 expect_exit 0 "$TMP/tty.txt" script -qefc "$cmd" /dev/null
-expect_grep $'\r\033\\[K step 60/60 \\| epoch 0 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| [0-9]+ samples/s \\| ETA' \
-  "$TMP/tty.txt"
+expect_grep "$live" "$TMP/tty.txt"
+printf -v cmd '%q ' "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/tty-np2" \
+  --set data.batch_size=16 --set logging.progress=auto
+expect_exit 0 "$TMP/tty-np2.txt" script -qefc "$HPCTRAIN_MPIEXEC -np 2 $cmd" /dev/null
+expect_grep "$live" "$TMP/tty-np2.txt"
 finish
