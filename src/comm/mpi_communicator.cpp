@@ -150,7 +150,7 @@ void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
 
 WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
   auto work = std::make_shared<MpiWork>();
-  if (!async_thread_) {
+  auto run = [this, tensor, op, work]() mutable {
     std::exception_ptr error;
     try {
       all_reduce_now(tensor, op);
@@ -158,19 +158,14 @@ WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) 
       error = std::current_exception();
     }
     work->finish(error);
+  };
+  if (!async_thread_) {
+    run();
     return work;
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!worker_.joinable()) worker_ = std::thread(&MpiCommunicator::worker_loop, this);
-  queue_.emplace_back([this, tensor, op, work]() mutable {
-    std::exception_ptr error;
-    try {
-      all_reduce_now(tensor, op);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    work->finish(error);
-  });
+  queue_.emplace_back(std::move(run));
   queue_cv_.notify_one();
   return work;
 }
