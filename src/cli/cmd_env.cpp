@@ -77,6 +77,7 @@ int run_env(CommandContext& ctx) {
   j["hdf5_parallel"] = static_cast<bool>(HPCTRAIN_HDF5_PARALLEL);
   j["blas"] = blas_library();
   j["malloc_tuning"] = runtime::malloc_tuning_applied();
+  j["flush_denormal"] = session.device.flush_denormal;
   j["threads_per_rank"] = range(threads_range);
   j["threads_source_rank0"] = session.device.threads_source;
   j["cores_visible_rank0"] = session.device.cores_visible;

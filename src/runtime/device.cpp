@@ -66,6 +66,10 @@ DeviceBinding bind_device(const Runtime& runtime, const DeviceRequest& request) 
     binding.threads_source =
         str(binding.cores_visible, " cores / ", runtime.local_size(), " ranks on the node");
   }
+  // Before the intra-op pool and any worker thread start: new threads inherit the FP mode.
+  const char* flush_env = std::getenv("HPCTRAIN_FLUSH_DENORMAL");
+  binding.flush_denormal = flush_env == nullptr || std::string(flush_env) != "0";
+  at::globalContext().setFlushDenormal(binding.flush_denormal);
   torch::set_num_threads(binding.threads);
   set_blas_threads(binding.threads);
 

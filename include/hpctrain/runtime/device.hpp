@@ -23,6 +23,7 @@ struct DeviceBinding {
   int threads = 1;             ///< intra-op threads set in LibTorch (and OpenBLAS)
   std::string threads_source;  ///< why that many: "--threads", "HPCTRAIN_THREADS", "affinity", ...
   int cores_visible = 1;       ///< CPUs in this process's affinity mask
+  bool flush_denormal = true;  ///< CPU denormal floats flushed to zero (HPCTRAIN_FLUSH_DENORMAL)
 };
 
 /// Number of CPUs in this process's affinity mask. Local.
@@ -31,7 +32,10 @@ int affinity_cpu_count();
 /// Chooses threads and device for this rank and applies them (torch::set_num_threads, OpenBLAS
 /// threads, cudaSetDevice through LibTorch). Order for threads: request.threads, then
 /// HPCTRAIN_THREADS, then cores in the affinity mask (if the launcher bound the rank) or the
-/// node's cores divided by ranks per node. Throws ConfigError for device "cuda" without CUDA.
+/// node's cores divided by ranks per node. Flushes CPU denormals to zero (FTZ/DAZ) in this thread
+/// and the threads it starts afterwards, unless HPCTRAIN_FLUSH_DENORMAL=0: Adam's moments of
+/// weights whose gradient stays zero decay into the denormal range after ~800 steps, where every
+/// arithmetic operation on them is ~100x slower. Throws ConfigError for device "cuda" without CUDA.
 /// Local.
 DeviceBinding bind_device(const Runtime& runtime, const DeviceRequest& request);
 

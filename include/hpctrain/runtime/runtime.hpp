@@ -62,7 +62,7 @@ class Runtime {
 [[noreturn]] void abort_job(int exit_code);
 
 /// Makes large allocations reuse heap memory instead of fresh mmap()s, which cost ~12 us per
-/// 4 KiB page fault on these VMs (see docs/PERFORMANCE.md). Skipped when
+/// 4 KiB page fault on these VMs (README, "Environment variables"). Skipped when
 /// HPCTRAIN_MALLOC_TUNING=0 or when the user set MALLOC_MMAP_THRESHOLD_ themselves. Local;
 /// call before any large allocation. Returns whether tuning was applied.
 bool tune_malloc();

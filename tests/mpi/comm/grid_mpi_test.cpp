@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <limits>
+#include <thread>
+
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/runtime/device.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -61,6 +65,33 @@ TEST(ProcessGrid, BackendChoice) {
   EXPECT_EQ(comm::make_group_communicators(rt, grid, cpu, "auto").backend, "mpi");
   EXPECT_THROW(comm::make_group_communicators(rt, grid, cpu, "nccl"), ConfigError);
   EXPECT_THROW(comm::make_group_communicators(rt, grid, cpu, "gloo"), ConfigError);
+}
+
+// Half the smallest normal float32: a denormal, computed at compile time (not under the FP mode).
+constexpr float kHalfMin = std::numeric_limits<float>::min() / 2;
+
+// The same product computed by LibTorch at run time: 0 when denormals are flushed.
+float half_min_in_torch() {
+  return (torch::full({8}, std::numeric_limits<float>::min()) * 0.5f)[3].item<float>();
+}
+
+TEST(DeviceBinding, FlushesDenormalsHereAndInLaterThreadsUnlessDisabled) {
+  const Runtime& rt = *Runtime::current();
+  DeviceRequest request;
+  request.threads = 1;
+  request.device = "cpu";
+  unsetenv("HPCTRAIN_FLUSH_DENORMAL");
+  EXPECT_TRUE(bind_device(rt, request).flush_denormal);
+  EXPECT_EQ(half_min_in_torch(), 0.0f);
+  float in_thread = -1;
+  std::thread([&] { in_thread = half_min_in_torch(); }).join();  // e.g. the prefetcher, a writer
+  EXPECT_EQ(in_thread, 0.0f);
+
+  setenv("HPCTRAIN_FLUSH_DENORMAL", "0", 1);
+  EXPECT_FALSE(bind_device(rt, request).flush_denormal);
+  EXPECT_EQ(half_min_in_torch(), kHalfMin);
+  unsetenv("HPCTRAIN_FLUSH_DENORMAL");
+  EXPECT_TRUE(bind_device(rt, request).flush_denormal);
 }
 
 }  // namespace
