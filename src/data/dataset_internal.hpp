@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 
 namespace hpctrain::data::detail {
 

@@ -6,9 +6,9 @@
 #include <iomanip>
 #include <sstream>
 
-#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
+#include "hpctrain/data/hdf5_util.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
