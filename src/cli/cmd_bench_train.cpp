@@ -61,9 +61,7 @@ int run_bench_train(CommandContext& ctx) {
   Session session = make_session(ctx, tp);
   const std::string default_dir =
       "runs/bench-" + std::filesystem::path(g_opt.config).stem().string();
-  train::Trainer trainer(
-      config, default_dir,
-      train::TrainEnvironment{ctx.runtime, *session.grid, session.device, session.comms}, "none");
+  train::Trainer trainer(config, default_dir, environment(ctx, session), "none");
   const std::string run_dir = trainer.config().run.dir;
   // metrics.jsonl is appended to (resumed runs continue it): start this run's afresh. Only rank
   // 0 writes it, and only from run() on.

@@ -71,9 +71,7 @@ CLI::App* g_app = nullptr;
 int run_eval(CommandContext& ctx) {
   eval::OfflineOptions options = checked_options(g_app);
   Session session = make_session(ctx, g_eval.tp);
-  eval::OfflineEvaluator evaluator(
-      eval::EvalEnvironment{ctx.runtime, *session.grid, session.device, session.comms},
-      std::move(options));
+  eval::OfflineEvaluator evaluator(environment(ctx, session), std::move(options));
   int code = kExitOk;
   if (!g_eval.checkpoint.empty()) code = evaluator.evaluate_checkpoint(g_eval.checkpoint);
   if (!g_eval.checkpoints.empty()) code = evaluator.evaluate_run(g_eval.checkpoints);

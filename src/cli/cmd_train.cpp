@@ -31,10 +31,7 @@ int run_train(CommandContext& ctx) {
   runtime::install_stop_signal_handlers();
   Session session = make_session(ctx, tp);
   const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
-  train::Trainer trainer(
-      config, default_dir,
-      train::TrainEnvironment{ctx.runtime, *session.grid, session.device, session.comms},
-      g_train.resume);
+  train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
   train::TrainOutcome outcome = trainer.run();
   session.comms.world->barrier();
   return outcome.exit_code;

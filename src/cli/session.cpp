@@ -15,4 +15,8 @@ Session make_session(CommandContext& ctx, int tp) {
   return session;
 }
 
+comm::Environment environment(const CommandContext& ctx, const Session& session) {
+  return comm::Environment{ctx.runtime, *session.grid, session.device, session.comms};
+}
+
 }  // namespace hpctrain::cli

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "hpctrain/comm/environment.hpp"
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/runtime/device.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -21,5 +22,8 @@ struct Session {
 /// Validates the grid (tp must divide the world size: a ConfigError on every rank before any
 /// collective), binds the device and builds the communicators. Collective over the world.
 Session make_session(CommandContext& ctx, int tp);
+
+/// The session as the environment Trainer and OfflineEvaluator take. Local.
+comm::Environment environment(const CommandContext& ctx, const Session& session);
 
 }  // namespace hpctrain::cli

@@ -15,8 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "hpctrain/comm/group_communicators.hpp"
-#include "hpctrain/runtime/device.hpp"
+#include "hpctrain/comm/environment.hpp"
 
 namespace hpctrain::runtime {
 class Runtime;
@@ -43,12 +42,7 @@ struct OfflineOptions {
 };
 
 /// The distributed environment (built by the CLI, as for training).
-struct EvalEnvironment {
-  const runtime::Runtime& runtime;
-  const runtime::ProcessGrid& grid;
-  runtime::DeviceBinding device;
-  comm::GroupCommunicators comms;
-};
+using EvalEnvironment = comm::Environment;
 
 class OfflineEvaluator {
  public:

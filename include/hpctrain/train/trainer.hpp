@@ -7,9 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "hpctrain/comm/group_communicators.hpp"
+#include "hpctrain/comm/environment.hpp"
 #include "hpctrain/data/sampler.hpp"
-#include "hpctrain/runtime/device.hpp"
 #include "hpctrain/train/train_config.hpp"
 
 namespace hpctrain {
@@ -23,12 +22,7 @@ class ProcessGrid;
 namespace hpctrain::train {
 
 /// The distributed environment a run uses (built by the CLI).
-struct TrainEnvironment {
-  const runtime::Runtime& runtime;
-  const runtime::ProcessGrid& grid;
-  runtime::DeviceBinding device;
-  comm::GroupCommunicators comms;
-};
+using TrainEnvironment = comm::Environment;
 
 /// Everything a resume needs besides tensors; saved in checkpoints as JSON.
 struct TrainerState {
