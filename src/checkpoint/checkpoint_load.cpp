@@ -12,11 +12,9 @@
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
-#include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 #include "manager_impl.hpp"
-#include "mpi_text.hpp"
 #include "slab_io.hpp"
 
 namespace hpctrain::checkpoint {
@@ -171,7 +169,7 @@ Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>
       text = str("error:", e.what());
     }
   }
-  text = mpi::bcast_text(m.world, 0, text);
+  text = m.world->broadcast(text);
   if (text.rfind("error:", 0) == 0) throw CheckpointError(text.substr(6));
   const nlohmann::json manifest = parse_manifest(text.substr(3), manifest_path);  // same on all
 
@@ -196,15 +194,12 @@ Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>
       problem = str("loading checkpoint '", dir, "': ", e.what());
     }
   }
-  mpi::agree(m.world, problem);
+  m.agree(problem);
   if (loaded.same_world && has_rng) {
     const auto bytes = manifest.at("rng").at("bytes").get<std::int64_t>();
     loaded.rng_state = torch::empty({bytes}, torch::kUInt8);
-    runtime::Watchdog::Scope watch("scatter (checkpoint rng)", "world",
-                                   static_cast<std::size_t>(bytes));
-    HPCTRAIN_MPI_CHECK(MPI_Scatter(
-        ctx.world_rank == 0 ? all_rng.data_ptr() : nullptr, static_cast<int>(bytes), MPI_UINT8_T,
-        loaded.rng_state.data_ptr(), static_cast<int>(bytes), MPI_UINT8_T, 0, m.world));
+    m.world->scatter_bytes(ctx.world_rank == 0 ? all_rng.data_ptr() : nullptr,
+                           loaded.rng_state.data_ptr(), static_cast<std::size_t>(bytes));
   }
   m.protect.push_back(dir);
   fill_loaded(loaded, dir, manifest);

@@ -22,12 +22,11 @@
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
-#include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 #include "manager_impl.hpp"
-#include "mpi_text.hpp"
 #include "slab_io.hpp"
 
 namespace hpctrain::checkpoint {
@@ -115,10 +114,17 @@ std::string unique_token(int sequence) {
 }  // namespace
 
 void CheckpointManager::Impl::ensure_comms() {
-  if (world != MPI_COMM_NULL) return;
-  HPCTRAIN_MPI_CHECK(MPI_Comm_dup(grid_world, &world));
-  HPCTRAIN_MPI_CHECK(MPI_Comm_dup(grid_tp, &tp));
-  ctx.tp_comm = tp;
+  if (world) return;
+  world = grid_world->duplicate();
+  tp = grid_tp->duplicate();
+  ctx.tp = tp.get();
+}
+
+void CheckpointManager::Impl::agree(const std::string& problem) {
+  auto first = world->first_problem(problem);
+  if (!first) return;
+  const auto& [rank, message] = *first;
+  throw CheckpointError(rank == 0 ? message : str("world rank ", rank, ": ", message));
 }
 
 void CheckpointManager::Impl::finish_pending() {
@@ -133,7 +139,7 @@ void CheckpointManager::Impl::finish_pending() {
                           {"path", result.path}}
                .dump();
   }
-  const auto outcome = nlohmann::json::parse(mpi::bcast_text(world, 0, text));
+  const auto outcome = nlohmann::json::parse(world->broadcast(text));
   const std::string error = outcome.at("error").get<std::string>();
   if (!error.empty()) throw CheckpointError(error);
   last_save_seconds = outcome.at("seconds").get<double>();
@@ -162,7 +168,7 @@ void CheckpointManager::Impl::copy_tensors(std::vector<TensorRecord>& records) {
 }
 
 CheckpointManager::CheckpointManager(std::string run_dir, const runtime::ProcessGrid& grid,
-                                     comm::GroupCommunicators comms, ManagerOptions options)
+                                     ManagerOptions options)
     : impl_(std::make_unique<Impl>()) {
   if (options.keep < 2) {
     throw ConfigError(str("checkpoint.keep = ", options.keep,
@@ -178,12 +184,10 @@ CheckpointManager::CheckpointManager(std::string run_dir, const runtime::Process
   m.ctx.dp_rank = grid.dp_rank();
   m.ctx.tp_rank = grid.tp_rank();
   m.ctx.options = std::move(options);
-  m.comms = std::move(comms);
-  m.grid_world = grid.world_comm();
-  m.grid_tp = grid.tp_comm();
-  int level = MPI_THREAD_SINGLE;
-  MPI_Query_thread(&level);
-  m.threaded = m.ctx.options.background && level == MPI_THREAD_MULTIPLE;
+  m.grid_world = std::make_unique<comm::ControlPlane>(grid.world_comm(), "world");
+  m.grid_tp = std::make_unique<comm::ControlPlane>(grid.tp_comm(), "tp");
+  const runtime::Runtime* rt = runtime::Runtime::current();
+  m.threaded = m.ctx.options.background && rt && rt->thread_multiple();
   if (m.ctx.options.background && !m.threaded) {
     log::warn("checkpoints are written synchronously: MPI did not grant MPI_THREAD_MULTIPLE");
   }
@@ -193,12 +197,6 @@ CheckpointManager::~CheckpointManager() {
   Impl& m = *impl_;
   if (m.worker.joinable()) m.worker.join();
   if (m.pending && m.ctx.world_rank == 0 && !m.result.error.empty()) log::error(m.result.error);
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) {
-    if (m.world != MPI_COMM_NULL) MPI_Comm_free(&m.world);
-    if (m.tp != MPI_COMM_NULL) MPI_Comm_free(&m.tp);
-  }
 }
 
 void CheckpointManager::save(SaveContent content) {
@@ -225,20 +223,17 @@ void CheckpointManager::save(SaveContent content) {
       rng_bytes = content.rng_state.numel();
     }
   }
-  mpi::agree(m.world, problem);
+  m.agree(problem);
 
   // Every rank must save the same step, the tp ranks the same records, and all ranks RNG states
   // of one size: [min, max] of each over the world.
   constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
   const std::uint64_t fp = writer ? fingerprint(content.tensors) : kNone;
-  std::uint64_t lo[3] = {static_cast<std::uint64_t>(content.step), fp,
-                         static_cast<std::uint64_t>(rng_bytes)};
-  std::uint64_t hi[3] = {lo[0], writer ? fp : 0, lo[2]};
-  {
-    runtime::Watchdog::Scope watch("allreduce (checkpoint save)", "world", sizeof lo);
-    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo, 3, MPI_UINT64_T, MPI_MIN, m.world));
-    HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, hi, 3, MPI_UINT64_T, MPI_MAX, m.world));
-  }
+  std::vector<std::uint64_t> lo{static_cast<std::uint64_t>(content.step), fp,
+                                static_cast<std::uint64_t>(rng_bytes)};
+  std::vector<std::uint64_t> hi{lo[0], writer ? fp : 0, lo[2]};
+  m.world->reduce(lo, comm::ReduceOp::kMin);
+  m.world->reduce(hi, comm::ReduceOp::kMax);
   if (lo[0] != hi[0]) {
     throw CheckpointError(str("ranks disagree on the step to save (", lo[0], " to ", hi[0],
                               "): every rank must call save() with the same step"));
@@ -272,20 +267,14 @@ void CheckpointManager::save(SaveContent content) {
                   checkpoints_dir(ctx.run_dir), "': ", e.what());
     }
   }
-  reply = mpi::bcast_text(m.world, 0, reply);
+  reply = m.world->broadcast(reply);
   if (reply.rfind("error:", 0) == 0) throw CheckpointError(reply.substr(6));
   job.unique = reply.substr(3);
   job.tmp_dir = job.final_dir + kTempMarker + job.unique;
 
   if (rng_bytes > 0) {
-    if (ctx.world_rank == 0) {
-      job.rng_states.resize(static_cast<std::size_t>(rng_bytes) * ctx.world_size);
-    }
-    runtime::Watchdog::Scope watch("gather (checkpoint rng)", "world",
-                                   static_cast<std::size_t>(rng_bytes));
-    HPCTRAIN_MPI_CHECK(MPI_Gather(content.rng_state.data_ptr(), static_cast<int>(rng_bytes),
-                                  MPI_UINT8_T, job.rng_states.data(), static_cast<int>(rng_bytes),
-                                  MPI_UINT8_T, 0, m.world));
+    job.rng_states =
+        m.world->gather_bytes(content.rng_state.data_ptr(), static_cast<std::size_t>(rng_bytes));
     job.rng_bytes = rng_bytes;
   }
   m.last_copy_seconds = 0;
@@ -398,7 +387,7 @@ std::optional<std::string> CheckpointManager::resolve(const std::string& resume)
                : choice.path         ? "path:" + *choice.path
                                      : std::string("none");
   }
-  decision = mpi::bcast_text(m.world, 0, decision);
+  decision = m.world->broadcast(decision);
   if (decision.rfind("error:", 0) == 0) throw CheckpointError(decision.substr(6));
   if (decision == "none") return std::nullopt;
   return decision.substr(5);

@@ -2,8 +2,6 @@
 // Private: the state behind CheckpointManager, shared by its save (checkpoint_manager.cpp) and
 // load (checkpoint_load.cpp) halves.
 
-#include <mpi.h>
-
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -12,6 +10,7 @@
 #include <vector>
 
 #include "hpctrain/checkpoint/checkpoint_manager.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "save_job.hpp"
 
 namespace hpctrain::checkpoint {
@@ -27,11 +26,10 @@ inline void normalize_shard(TensorRecord& r) {
 
 struct CheckpointManager::Impl {
   detail::JobContext ctx;
-  comm::GroupCommunicators comms;
-  MPI_Comm grid_world = MPI_COMM_NULL;
-  MPI_Comm grid_tp = MPI_COMM_NULL;
-  MPI_Comm world = MPI_COMM_NULL;  // duplicates, made by the first collective call
-  MPI_Comm tp = MPI_COMM_NULL;
+  std::unique_ptr<comm::ControlPlane> grid_world;  // the grid's groups, not duplicated
+  std::unique_ptr<comm::ControlPlane> grid_tp;
+  std::unique_ptr<comm::ControlPlane> world;  // private duplicates, made by the first collective
+  std::unique_ptr<comm::ControlPlane> tp;
   bool threaded = false;
 
   std::thread worker;
@@ -57,8 +55,12 @@ struct CheckpointManager::Impl {
   std::int64_t last_bytes = 0;
   std::string last_path;
 
-  /// Duplicates the world and tp communicators on first use. Collective over the world.
+  /// Duplicates the world and tp control channels on first use. Collective over the world.
   void ensure_comms();
+  /// Every rank passes its problem (empty: none); if any rank has one, every rank throws
+  /// CheckpointError with the lowest such rank's message (naming that rank when it is not rank
+  /// 0), so all ranks fail alike. Collective over the world.
+  void agree(const std::string& problem);
   /// Joins the running save and makes its outcome known on every rank (world rank 0 knows it:
   /// the other writers reported to it); throws its error. Collective over the world.
   void finish_pending();

@@ -22,7 +22,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "mpi_text.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "slab_io.hpp"
 
 namespace hpctrain::checkpoint::detail {
@@ -305,7 +305,7 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
   }
   if (ctx.tp_size > 1) {
     const std::string message = nlohmann::json{{"error", error}, {"layout", layout}}.dump();
-    for (int r = 1; r < ctx.tp_size; ++r) mpi::send_text(ctx.tp_comm, r, kTagLayout, message);
+    for (int r = 1; r < ctx.tp_size; ++r) ctx.tp->send_text(r, kTagLayout, message);
   }
   std::map<std::string, io::Fd> own;
   if (error.empty()) {
@@ -327,7 +327,7 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
     }
   });
   for (int r = 1; r < ctx.tp_size; ++r) {
-    const std::string done = mpi::recv_text(ctx.tp_comm, r, kTagDone);
+    const std::string done = ctx.tp->recv_text(r, kTagDone);
     if (!done.empty() && error.empty()) error = writer_error(r, done);
   }
   if (ctx.tp_size > 1) timer.mark("other writers");
@@ -366,7 +366,7 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
 JobResult run_writer(const JobContext& ctx, SaveJob& job) {
   JobResult result;
   const nlohmann::json message =
-      nlohmann::json::parse(mpi::recv_text(ctx.tp_comm, 0, kTagLayout), nullptr, false);
+      nlohmann::json::parse(ctx.tp->recv_text(0, kTagLayout), nullptr, false);
   std::string error;
   if (message.is_discarded()) {
     error = "could not parse the layout message from world rank 0 (internal error)";
@@ -377,7 +377,7 @@ JobResult run_writer(const JobContext& ctx, SaveJob& job) {
       error = error_text(e);
     }
   }
-  mpi::send_text(ctx.tp_comm, 0, kTagDone, error);
+  ctx.tp->send_text(0, kTagDone, error);
   result.error = error;
   return result;
 }

@@ -5,14 +5,16 @@
 // retention and the removal of stale temporary directories. docs/CHECKPOINTS.md describes the
 // protocol step by step.
 
-#include <mpi.h>
-
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "hpctrain/checkpoint/checkpoint_manager.hpp"
+
+namespace hpctrain::comm {
+class ControlPlane;
+}
 
 namespace hpctrain::checkpoint::detail {
 
@@ -25,7 +27,7 @@ struct JobContext {
   int tp_size = 1;
   int dp_rank = 0;
   int tp_rank = 0;
-  MPI_Comm tp_comm = MPI_COMM_NULL;  ///< the manager's duplicate of the tp communicator
+  comm::ControlPlane* tp = nullptr;  ///< the manager's private control channel over the tp group
   ManagerOptions options;
 };
 
@@ -55,7 +57,7 @@ struct JobResult {
 /// Runs this rank's part of `job`: nothing on ranks with dp_rank > 0; writing its slabs on the
 /// other tp ranks of dp group 0 (after world rank 0 created the files); on world rank 0 also
 /// the commit. Never throws: errors end up in the result (and, for writers other than world rank
-/// 0, in the message they send to it). Local except for point-to-point messages on ctx.tp_comm
+/// 0, in the message they send to it). Local except for point-to-point messages on ctx.tp
 /// between the writers.
 JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_buffer);
 

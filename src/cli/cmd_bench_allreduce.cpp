@@ -47,21 +47,11 @@ torch::ScalarType parse_dtype(const std::string& name) {
                         "int32 or int64"));
 }
 
-MPI_Op raw_op(comm::ReduceOp op) {
-  switch (op) {
-    case comm::ReduceOp::kMax: return MPI_MAX;
-    case comm::ReduceOp::kMin: return MPI_MIN;
-    default: return MPI_SUM;
-  }
-}
-
 using Clock = std::chrono::steady_clock;
 
 // Seconds per operation as the slowest rank saw it (nccl-tests reports the same).
-double slowest_rank_seconds(Clock::time_point start, int iters, MPI_Comm comm) {
-  double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return seconds;
+double slowest_rank_seconds(Clock::time_point start, int iters, comm::ControlPlane& world) {
+  return world.max(std::chrono::duration<double>(Clock::now() - start).count() / iters);
 }
 
 int run_bench_allreduce(CommandContext& ctx) {
@@ -113,18 +103,14 @@ int run_bench_allreduce(CommandContext& ctx) {
       auto start = Clock::now();
       for (int i = 0; i < g_opt.iters; ++i) group->all_reduce(buffer, op);
       sync();
-      best = std::min(best, slowest_rank_seconds(start, g_opt.iters, ctx.runtime.world()));
+      best = std::min(best, slowest_rank_seconds(start, g_opt.iters, *session.control.world));
       if (baseline && raw_supported) {
         buffer.fill_(1);
-        const MPI_Datatype type = comm::mpi_datatype(dtype);
-        HPCTRAIN_MPI_CHECK(MPI_Barrier(mpi_group->mpi_comm()));
+        mpi_group->barrier();
         start = Clock::now();
-        for (int i = 0; i < g_opt.iters; ++i) {
-          HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buffer.data_ptr(), static_cast<int>(count),
-                                           type, raw_op(op), mpi_group->mpi_comm()));
-        }
+        for (int i = 0; i < g_opt.iters; ++i) mpi_group->plain_mpi_all_reduce(buffer, op);
         best_raw =
-            std::min(best_raw, slowest_rank_seconds(start, g_opt.iters, ctx.runtime.world()));
+            std::min(best_raw, slowest_rank_seconds(start, g_opt.iters, *session.control.world));
       }
     }
     const double actual_bytes = static_cast<double>(count * element);

@@ -41,11 +41,6 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-double max_over_ranks(double value, MPI_Comm comm) {
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return value;
-}
-
 // "10M" -> 10,000,000 parameters (decimal K, M, G).
 std::int64_t parse_count(const std::string& text) {
   std::size_t used = 0;
@@ -117,14 +112,14 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm world) {
+Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::ControlPlane& world) {
   Row row;
   row.params = params;
   const std::string run_dir = str(g_opt.dir, "/params_", params);
   checkpoint::ManagerOptions options;
   options.background = g_opt.background;
   options.keep = 2;
-  checkpoint::CheckpointManager manager(run_dir, grid, {}, options);
+  checkpoint::CheckpointManager manager(run_dir, grid, options);
   // The live model the "training loop" holds; save() copies it into buffers the manager reuses.
   auto live = make_model(params, grid.tp_rank(), grid.tp_size());
   std::vector<double> save, blocked, copy, load, verify;
@@ -134,7 +129,7 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
     content.tensors = live;
     content.copy = true;
     content.defer_copy = true;  // with --background: copied on the writer thread
-    HPCTRAIN_MPI_CHECK(MPI_Barrier(world));
+    world.barrier();
     auto start = Clock::now();
     manager.save(std::move(content));
     double b = since(start);
@@ -144,8 +139,8 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
     b += manager.wait_for_copy();
     manager.wait();
     if (i == 0) continue;
-    blocked.push_back(max_over_ranks(b, world));
-    copy.push_back(max_over_ranks(manager.last_copy_seconds(), world));
+    blocked.push_back(world.max(b));
+    copy.push_back(world.max(manager.last_copy_seconds()));
     // From save() to committed (`latest` replaced), as world rank 0 measured it; retention's
     // deletions, which wait() also waits for, come after.
     save.push_back(manager.last_save_seconds());
@@ -153,15 +148,15 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, MPI_Comm wo
   row.bytes = manager.last_save_bytes();
   auto targets = make_model(params, grid.tp_rank(), grid.tp_size());
   for (int i = 0; i < g_opt.repeat; ++i) {
-    HPCTRAIN_MPI_CHECK(MPI_Barrier(world));
+    world.barrier();
     auto start = Clock::now();
     const auto dir = manager.resolve("auto");
-    verify.push_back(max_over_ranks(since(start), world));
+    verify.push_back(world.max(since(start)));
     if (!dir) throw CheckpointError(str("bench: no checkpoint to load in ", run_dir));
-    HPCTRAIN_MPI_CHECK(MPI_Barrier(world));
+    world.barrier();
     start = Clock::now();
     manager.load(*dir, targets);
-    load.push_back(max_over_ranks(since(start), world));
+    load.push_back(world.max(since(start)));
   }
   for (std::size_t i = 0; i < targets.size(); ++i) {
     if (!torch::equal(targets[i].local, live[i].local)) {
@@ -180,7 +175,7 @@ int run_bench_checkpoint(CommandContext& ctx) {
   const int tp = g_opt.tp > 0 ? g_opt.tp : ctx.runtime.world_size();
   Session session = make_session(ctx, tp);
   const auto& grid = *session.grid;
-  MPI_Comm world = ctx.runtime.world();
+  comm::ControlPlane& world = *session.control.world;
   std::vector<std::int64_t> counts;
   for (const auto& p : g_opt.params) counts.push_back(parse_count(p));
   std::vector<Row> rows;

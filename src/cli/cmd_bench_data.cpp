@@ -41,11 +41,6 @@ BenchDataOptions g_opt;
 
 using Clock = std::chrono::steady_clock;
 
-double max_over_ranks(double value, MPI_Comm comm) {
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, comm));
-  return value;
-}
-
 struct Phase {
   std::string name;
   int prefetch = -1;  // -1: plain reads, no loop
@@ -56,7 +51,7 @@ struct Phase {
 int run_bench_data(CommandContext& ctx) {
   Session session = make_session(ctx, g_opt.tp);
   const auto& grid = *session.grid;
-  MPI_Comm world = ctx.runtime.world();
+  comm::ControlPlane& world = *session.control.world;
   const int dp = grid.dp_size();
   const std::int64_t global_batch = g_opt.batch * dp;
 
@@ -94,7 +89,7 @@ int run_bench_data(CommandContext& ctx) {
   const data::SamplerState timed_start = state;
 
   std::vector<Phase> phases;
-  session.comms.world->barrier();
+  session.control.world->barrier();
   {
     Phase phase{"reader (no prefetch, no compute)", -1};
     auto start = Clock::now();
@@ -111,7 +106,7 @@ int run_bench_data(CommandContext& ctx) {
   std::vector<int> depths{0};
   if (g_opt.prefetch > 0) depths.push_back(g_opt.prefetch);
   for (int depth : depths) {
-    session.comms.world->barrier();
+    session.control.world->barrier();
     Phase phase{str("loop: prefetch ", depth, ", compute ", g_opt.compute_ms, " ms/step"), depth};
     auto start = Clock::now();
     data::TrainLoader loader(*dataset, sampler, timed_start, grid.dp_rank(), dp, depth,
@@ -131,8 +126,8 @@ int run_bench_data(CommandContext& ctx) {
   const double bytes = samples * static_cast<double>(info.sample_bytes);
   nlohmann::ordered_json rows = nlohmann::json::array();
   for (Phase& phase : phases) {
-    phase.seconds = max_over_ranks(phase.seconds, world);
-    phase.wait_seconds = max_over_ranks(phase.wait_seconds, world);
+    phase.seconds = world.max(phase.seconds);
+    phase.wait_seconds = world.max(phase.wait_seconds);
     rows.push_back(
         {{"phase", phase.name},
          {"prefetch", phase.prefetch},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/parallel/tensor_parallel_ops.hpp"
 #include "hpctrain/runtime/config.hpp"
@@ -56,8 +57,7 @@ int run_bench_train(CommandContext& ctx) {
     config.set(fixed);
   }
   if (g_opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
-  const int tp = config.section("parallel").get<int>("tp", 1);
-  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be a positive integer"));
+  const int tp = parallel::ParallelConfig::of(config).tp;
   Session session = make_session(ctx, tp);
   const std::string default_dir =
       "runs/bench-" + std::filesystem::path(g_opt.config).stem().string();
@@ -69,13 +69,11 @@ int run_bench_train(CommandContext& ctx) {
   // Construction ran one forward pass to check the data against the model: count the steps only.
   parallel::reset_tensor_parallel_comm_seconds();
   const train::TrainOutcome outcome = trainer.run();
-  auto comm = torch::tensor({parallel::tensor_parallel_comm_seconds(),
-                             static_cast<double>(parallel::tensor_parallel_comm_calls())},
-                            torch::kDouble);
-  auto slowest = comm.narrow(0, 0, 1).clone();
-  auto& world = *session.comms.world;
-  world.all_reduce(comm, comm::ReduceOp::kSum);
-  world.all_reduce(slowest, comm::ReduceOp::kMax);
+  std::vector<double> comm{parallel::tensor_parallel_comm_seconds(),
+                           static_cast<double>(parallel::tensor_parallel_comm_calls())};
+  auto& world = *session.control.world;
+  const double slowest = world.max(comm[0]);
+  world.reduce(comm, comm::ReduceOp::kSum);
   world.barrier();
   if (ctx.runtime.world_rank() != 0) return outcome.exit_code;
 
@@ -97,7 +95,7 @@ int run_bench_train(CommandContext& ctx) {
   const double tokens_per_sample = ledger["model"]["tokens_per_sample"].get<double>();
   const double flops_per_sample = ledger["flops"]["train_per_sample"].get<double>();
   const int world_size = ctx.runtime.world_size();
-  const auto c = comm.accessor<double, 1>();
+  const double* c = comm.data();
   nlohmann::ordered_json j{
       {"benchmark", "train"},
       {"config", g_opt.config},
@@ -119,7 +117,7 @@ int run_bench_train(CommandContext& ctx) {
       {"flops_per_s", global_batch * flops_per_sample / step_time},
       // Mean over ranks of each rank's seconds in tp collectives, per step (every step counted).
       {"tp_comm_s_per_step", c[0] / world_size / static_cast<double>(steps)},
-      {"tp_comm_s_per_step_max_rank", slowest.item<double>() / static_cast<double>(steps)},
+      {"tp_comm_s_per_step_max_rank", slowest / static_cast<double>(steps)},
       {"tp_collectives_per_step", c[1] / world_size / static_cast<double>(steps)},
       {"first_loss", records.front()["loss"]},
       {"last_loss", records.back()["loss"]},

@@ -44,20 +44,22 @@ int run_env(CommandContext& ctx) {
   auto& rt = ctx.runtime;
 
   // Ranks per node may differ between nodes: report the range.
-  int local_range[2] = {-rt.local_size(), rt.local_size()};
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, local_range, 2, MPI_INT, MPI_MAX, rt.world()));
-  int threads_range[2] = {-session.device.threads, session.device.threads};
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, threads_range, 2, MPI_INT, MPI_MAX, rt.world()));
-  auto range = [](int* r) { return -r[0] == r[1] ? std::to_string(r[1]) : str(-r[0], "-", r[1]); };
-  int mpi_major = 0, mpi_minor = 0;
-  MPI_Get_version(&mpi_major, &mpi_minor);
+  // [-min, max] of ranks per node and of threads per rank, in one control-plane reduction.
+  std::vector<int> ranges{-rt.local_size(), rt.local_size(), -session.device.threads,
+                          session.device.threads};
+  session.control.world->reduce(ranges, comm::ReduceOp::kMax);
+  const int* local_range = ranges.data();
+  const int* threads_range = ranges.data() + 2;
+  auto range = [](const int* r) {
+    return -r[0] == r[1] ? std::to_string(r[1]) : str(-r[0], "-", r[1]);
+  };
 
   nlohmann::ordered_json j;
   j["hpctrain_version"] = HPCTRAIN_VERSION;
   j["build_type"] = HPCTRAIN_BUILD_TYPE;
   j["libtorch_version"] = compat::torch_version();
   j["mpi_library"] = runtime::Runtime::mpi_library_version();
-  j["mpi_standard"] = str(mpi_major, ".", mpi_minor);
+  j["mpi_standard"] = runtime::Runtime::mpi_standard_version();
   j["mpi_thread_level"] = runtime::Runtime::thread_level_name(rt.thread_level());
   j["launcher"] = rt.launcher();
   j["world_size"] = rt.world_size();
@@ -96,7 +98,7 @@ int run_env(CommandContext& ctx) {
       std::cout << std::flush;
     }
   }
-  session.comms.world->barrier();
+  session.control.world->barrier();
   return 0;
 }
 

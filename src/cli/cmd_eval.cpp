@@ -76,7 +76,7 @@ int run_eval(CommandContext& ctx) {
   if (!g_eval.checkpoint.empty()) code = evaluator.evaluate_checkpoint(g_eval.checkpoint);
   if (!g_eval.checkpoints.empty()) code = evaluator.evaluate_run(g_eval.checkpoints);
   if (!g_eval.watch.empty()) code = evaluator.watch(g_eval.watch);
-  session.comms.world->barrier();
+  session.control.world->barrier();
   return code;
 }
 

@@ -66,8 +66,12 @@ bool has_size_arguments(const PlanOptions& o) {
 
 // The optimizer state a checkpoint of this config holds (compute_plan.hpp names).
 std::string config_optimizer(const train::OptimizerConfig& optim) {
-  if (optim.name == "sgd") return optim.momentum > 0 ? "sgd-momentum" : "sgd";
-  return optim.name;
+  switch (optim.kind) {
+    case train::OptimizerKind::kSgd: return optim.momentum > 0 ? "sgd-momentum" : "sgd";
+    case train::OptimizerKind::kAdamW: return "adamw";
+    case train::OptimizerKind::kAdam: break;
+  }
+  return "adam";
 }
 
 // What a finished run did, when the plan recomputes that run instead of a new one: its step count

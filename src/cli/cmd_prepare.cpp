@@ -1,16 +1,15 @@
 // hpctrain prepare fashion-mnist | text: converts public data into dataset files (docs/DATA.md).
 // Under mpirun only world rank 0 writes; the others wait for it without a watched collective.
 
-#include <mpi.h>
 
 #include <chrono>
 #include <thread>
 
 #include "command.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/data/prepare.hpp"
 #include "hpctrain/runtime/log.hpp"
-#include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -40,15 +39,7 @@ int run_on_rank0(CommandContext& ctx,
   if (rt.world_rank() == 0) {
     for (const auto& file : work()) log::info(str("wrote ", file.path, ": ", file.what));
   }
-  if (rt.world_size() > 1) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    HPCTRAIN_MPI_CHECK(MPI_Ibarrier(rt.world(), &request));
-    int done = 0;
-    while (!done) {
-      HPCTRAIN_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
-      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
+  if (rt.world_size() > 1) comm::ControlPlane(rt.world(), "world").broadcast_idle("done");
   return 0;
 }
 

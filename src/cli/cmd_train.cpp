@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "command.hpp"
+#include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -26,14 +27,13 @@ int run_train(CommandContext& ctx) {
   // Config, overrides and the grid shape are read and checked on every rank before any collective.
   Config config = Config::load(g_train.config);
   for (const auto& assignment : g_train.overrides) config.set(assignment);
-  const int tp = config.section("parallel").get<int>("tp", 1);
-  if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be a positive integer"));
+  const int tp = parallel::ParallelConfig::of(config).tp;
   runtime::install_stop_signal_handlers();
   Session session = make_session(ctx, tp);
   const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
   train::TrainOutcome outcome = trainer.run();
-  session.comms.world->barrier();
+  session.control.world->barrier();
   return outcome.exit_code;
 }
 

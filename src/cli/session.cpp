@@ -12,6 +12,7 @@ Session make_session(CommandContext& ctx, int tp) {
       ctx.runtime, runtime::DeviceRequest{ctx.global.threads, ctx.global.device});
   session.comms = comm::make_group_communicators(ctx.runtime, *session.grid, session.device,
                                                  ctx.global.comm_backend);
+  session.control = comm::make_control_groups(*session.grid);
   return session;
 }
 

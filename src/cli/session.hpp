@@ -6,6 +6,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/environment.hpp"
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/runtime/device.hpp"
@@ -16,7 +17,8 @@ namespace hpctrain::cli {
 struct Session {
   std::unique_ptr<runtime::ProcessGrid> grid;
   runtime::DeviceBinding device;
-  comm::GroupCommunicators comms;
+  comm::GroupCommunicators comms;  ///< data plane
+  comm::ControlGroups control;     ///< control plane (host values)
 };
 
 /// Validates the grid (tp must divide the world size: a ConfigError on every rank before any

@@ -101,6 +101,11 @@ MPI_Datatype mpi_datatype(c10::ScalarType dtype) {
   }
 }
 
+void MpiCommunicator::plain_mpi_all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+                                   mpi_datatype(tensor.scalar_type()), mpi_op(op), comm_));
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool async_thread)
     : comm_(comm), name_(std::move(name)), async_thread_(async_thread) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));

@@ -1,4 +1,4 @@
-#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/reduce_op.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 

@@ -9,8 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "eval_collectives.hpp"
-#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/model/model.hpp"
@@ -50,25 +49,10 @@ bool is_out_of_memory(const std::exception& e) {
 // One forward pass and loss of `inputs` (inference mode, optional bf16 autocast).
 void run_batch(model::Model& model, const torch::Tensor& inputs, const torch::Tensor& targets,
                bool bf16) {
-  const bool cuda = inputs.is_cuda();
-  auto autocast = [&](bool on) {
-    if (!bf16) return;
-    if (cuda) {
-      compat::set_cuda_autocast(on, torch::kBFloat16);
-    } else {
-      compat::set_cpu_autocast(on, torch::kBFloat16);
-    }
-  };
-  autocast(true);
-  try {
-    auto outputs = model.forward(inputs);
-    autocast(false);
-    model.loss(outputs, targets);  // .item() inside: waits for the device
-  } catch (...) {
-    autocast(false);
-    throw;
-  }
-  if (bf16) compat::clear_autocast_cache();
+  compat::AutocastScope autocast(bf16, inputs.device());
+  auto outputs = model.forward(inputs);
+  autocast.end();
+  model.loss(outputs, targets);  // .item() inside: waits for the device
 }
 
 }  // namespace
@@ -87,7 +71,7 @@ std::uint64_t default_memory_budget(int local_ranks) {
 }
 
 BatchSearchResult search_batch_size(model::Model& model, data::Dataset& dataset,
-                                    comm::Communicator& dp, comm::Communicator& world,
+                                    comm::ControlPlane& dp, comm::ControlPlane& world,
                                     const BatchSearchOptions& options) {
   BatchSearchResult result;
   const std::int64_t samples =
@@ -131,15 +115,14 @@ BatchSearchResult search_batch_size(model::Model& model, data::Dataset& dataset,
     // At least the batch itself, when the peak did not move (small batches reuse freed memory).
     const std::uint64_t grown = std::max(peak > baseline ? peak - baseline : 0, input_bytes);
     // Slowest batch time, largest memory and any out-of-memory over every rank.
-    auto facts = torch::tensor({seconds, static_cast<double>(grown), out_of_memory ? 1.0 : 0.0},
-                               torch::kDouble);
-    detail::all_reduce_host(world, facts, comm::ReduceOp::kMax, device);
-    if (facts[2].item<double>() > 0) {
+    std::vector<double> facts{seconds, static_cast<double>(grown), out_of_memory ? 1.0 : 0.0};
+    world.reduce(facts, comm::ReduceOp::kMax);
+    if (facts[2] > 0) {
       result.stop_reason = str("batch ", size, " ran out of memory on some rank");
       break;
     }
-    trial.batch_seconds = facts[0].item<double>();
-    trial.memory_bytes = static_cast<std::uint64_t>(facts[1].item<double>());
+    trial.batch_seconds = facts[0];
+    trial.memory_bytes = static_cast<std::uint64_t>(facts[1]);
     // The busiest rank gets ceil(batches / dp) canonical batches.
     const std::int64_t batches = (samples + size - 1) / size;
     const std::int64_t per_rank = (batches + dp.size() - 1) / dp.size();

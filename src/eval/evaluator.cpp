@@ -4,8 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "eval_collectives.hpp"
-#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/prefetcher.hpp"
@@ -26,7 +25,7 @@ bool EvalResult::higher_is_better(const std::string& name) {
   return name == "accuracy";
 }
 
-EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communicator& dp,
+EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPlane& dp,
                     const EvalOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.batch_size < 1) throw ConfigError("eval.batch_size must be at least 1");
@@ -38,22 +37,12 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   const std::int64_t slots = (batches + dp.size() - 1) / dp.size();  // most batches of any rank
 
   // Per batch: loss sum, correct, count, samples. Exactly one rank writes each row.
-  torch::Tensor table = torch::zeros({std::max<std::int64_t>(batches, 1), 4}, torch::kDouble);
-  auto rows = table.accessor<double, 2>();
+  std::vector<double> table(static_cast<std::size_t>(std::max<std::int64_t>(batches, 1)) * 4, 0.0);
+  auto row = [&](std::int64_t b) { return table.data() + b * 4; };
   const bool was_training = model.is_training();
   model.eval();
   auto device =
       model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device();
-  const bool cuda = device.is_cuda();
-  // Autocast is thread state: on for the forward pass only, off again whatever happens.
-  auto set_autocast = [&](bool on) {
-    if (!options.bf16) return;
-    if (cuda) {
-      compat::set_cuda_autocast(on, torch::kBFloat16);
-    } else {
-      compat::set_cpu_autocast(on, torch::kBFloat16);
-    }
-  };
   // Each rank's batches are one contiguous block of canonical batches: read with one hyperslab
   // each, `prefetch` ahead on a background thread so reading overlaps the forward passes.
   auto produce = [&](std::int64_t i, data::Batch& out) {
@@ -78,25 +67,22 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
         throw Error(str("evaluation batch ", b, " was not read (internal error)"));
       auto inputs = batch.inputs.to(device);
       auto targets = batch.targets.to(device);
-      set_autocast(true);
       model::LossOutput out;
-      try {
+      {
+        compat::AutocastScope autocast(options.bf16, device);
         auto outputs = model.forward(inputs);
-        set_autocast(false);
+        autocast.end();
         out = model.loss(outputs, targets);
-      } catch (...) {
-        set_autocast(false);
-        throw;
       }
-      if (options.bf16) compat::clear_autocast_cache();
-      rows[b][0] = out.loss_sum;
-      rows[b][1] = static_cast<double>(out.correct);
-      rows[b][2] = static_cast<double>(out.count);
-      rows[b][3] = static_cast<double>(batch.size());
+      double* r = row(b);
+      r[0] = out.loss_sum;
+      r[1] = static_cast<double>(out.correct);
+      r[2] = static_cast<double>(out.count);
+      r[3] = static_cast<double>(batch.size());
     }
   }
   if (was_training) model.train();
-  detail::all_reduce_host(dp, table, comm::ReduceOp::kSum, device);
+  dp.reduce(table, comm::ReduceOp::kSum);
 
   EvalResult result;
   result.task = model.task();
@@ -106,25 +92,38 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   double count = 0;
   double samples = 0;
   for (std::int64_t b = 0; b < batches; ++b) {  // batch order: identical on every world size
-    loss_sum += rows[b][0];
-    correct += rows[b][1];
-    count += rows[b][2];
-    samples += rows[b][3];
+    const double* r = row(b);
+    loss_sum += r[0];
+    correct += r[1];
+    count += r[2];
+    samples += r[3];
   }
   result.samples = static_cast<std::int64_t>(samples);
   result.count = static_cast<std::int64_t>(count);
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
   result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
-  auto seconds = torch::tensor(
-      {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-       reader.wait_seconds()},
-      torch::kDouble);
-  detail::all_reduce_host(dp, seconds, comm::ReduceOp::kMax, device);
-  result.seconds = seconds[0].item<double>();
-  result.data_wait_seconds = seconds[1].item<double>();
+  std::vector<double> seconds{
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      reader.wait_seconds()};
+  dp.reduce(seconds, comm::ReduceOp::kMax);
+  result.seconds = seconds[0];
+  result.data_wait_seconds = seconds[1];
   result.samples_per_second = result.seconds > 0 ? samples / result.seconds : 0;
   return result;
+}
+
+void add_result_fields(nlohmann::ordered_json& j, const EvalResult& r) {
+  j["task"] = r.task;
+  j["samples"] = r.samples;
+  j["count"] = r.count;
+  j["loss"] = r.loss;
+  j["accuracy"] = r.accuracy;
+  if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  j["eval_seconds"] = r.seconds;
+  j["samples_per_s"] = r.samples_per_second;
+  j["data_wait_seconds"] = r.data_wait_seconds;
+  if (r.interrupted) j["interrupted"] = true;
 }
 
 void to_json(nlohmann::json& j, const EvalResult& r) {

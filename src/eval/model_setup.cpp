@@ -16,37 +16,47 @@ std::vector<checkpoint::TensorRecord> model_records(model::Model& model) {
 }
 
 void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key,
-                           std::int64_t vocab_size) {
+                           std::int64_t vocab_size, FitAdvice advice) {
+  const bool training = advice == FitAdvice::kTraining;
+  const char* whose = training ? "the model" : "the checkpoint's model";
   const auto& info = dataset.info();
   const std::string task = data::dataset_kind_name(info.kind);
   if (task != model.task()) {
-    throw DataError(str(key, " = ", info.path, " holds ", task,
-                        " data, but the checkpoint's model is a ", model.task(),
-                        " model: evaluate it on a ", model.task(), " file"));
+    throw DataError(str(key, " = ", info.path, " holds ", task, " data, but ", whose, " is a ",
+                        model.task(), " model: ",
+                        training ? str("point ", key, " at a matching file")
+                                 : str("evaluate it on a ", model.task(), " file")));
   }
   if (info.num_samples < 1) throw DataError(str(key, " = ", info.path, " holds no samples"));
   if (task == "language_model" && info.vocab_size > vocab_size) {
-    throw DataError(str(key, " = ", info.path, " has a vocabulary of ", info.vocab_size,
-                        " tokens but the checkpoint's model.vocab_size is ", vocab_size,
-                        ": evaluate it on data made with its tokenizer"));
+    throw DataError(
+        training ? str(info.path, " has a vocabulary of ", info.vocab_size,
+                       " tokens but model.vocab_size = ", vocab_size,
+                       ": set model.vocab_size >= ", info.vocab_size)
+                 : str(key, " = ", info.path, " has a vocabulary of ", info.vocab_size,
+                       " tokens but the checkpoint's model.vocab_size is ", vocab_size,
+                       ": evaluate it on data made with its tokenizer"));
   }
-  if (task == "classification") {
-    std::string shape;
-    for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
-    torch::Tensor outputs;
-    try {
-      torch::InferenceMode inference;
-      data::Batch one = dataset.read_range(0, 1);
-      outputs = model.forward(one.inputs.to(model.parameters().front().device()));
-    } catch (const c10::Error& e) {
-      throw DataError(str(key, " = ", info.path, ": samples of shape ", shape,
-                          " do not fit the checkpoint's model (", e.what_without_backtrace(),
-                          "): evaluate it on data shaped like its training data"));
-    }
-    if (info.num_classes > outputs.size(-1)) {
-      throw DataError(str(key, " = ", info.path, " has ", info.num_classes,
-                          " classes but the checkpoint's model outputs ", outputs.size(-1)));
-    }
+  // One sample through the forward pass (every rank of a tp group alike: tensor-parallel layers
+  // communicate inside it).
+  std::string shape;
+  for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  torch::Tensor outputs;
+  try {
+    torch::InferenceMode inference;
+    data::Batch one = dataset.read_range(0, 1);
+    outputs = model.forward(one.inputs.to(model.parameters().front().device()));
+  } catch (const c10::Error& e) {
+    throw DataError(str(key, " = ", info.path, ": samples of shape ", shape, " do not fit ",
+                        whose, " (", e.what_without_backtrace(), "); ",
+                        training ? "check the model section (e.g. model.in_features, "
+                                   "model.input_shape)"
+                                 : "evaluate it on data shaped like its training data"));
+  }
+  if (task == "classification" && info.num_classes > outputs.size(-1)) {
+    throw DataError(str(key, " = ", info.path, " has ", info.num_classes, " classes but ", whose,
+                        " outputs ", outputs.size(-1),
+                        training ? str(": set model.num_classes = ", info.num_classes) : ""));
   }
 }
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "checkpoint_plan.hpp"
-#include "eval_collectives.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/data/dataset.hpp"
@@ -20,7 +20,6 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
-#include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -52,9 +51,9 @@ std::string run_dir_of_checkpoint(const std::string& dir) {
 enum class Outcome { kEvaluated, kDone, kGone, kBad };
 
 struct OfflineEvaluator::Impl {
-  EvalEnvironment env;
+  comm::Environment env;
   OfflineOptions options;
-  MPI_Comm world = MPI_COMM_NULL;  // rank 0's decisions travel here
+  std::unique_ptr<comm::ControlPlane> decisions;  // rank 0's decisions travel here
   detail::Planner planner;
   torch::Device device{torch::kCPU};
   std::map<std::string, std::unique_ptr<checkpoint::CheckpointManager>> managers;  // by run dir
@@ -65,10 +64,10 @@ struct OfflineEvaluator::Impl {
   EvalKey last_key;
   std::string last_store;
 
-  Impl(EvalEnvironment e, OfflineOptions o)
+  Impl(comm::Environment e, OfflineOptions o)
       : env(std::move(e)), options(std::move(o)), planner(options) {}
   bool is_rank0() const { return env.runtime.world_rank() == 0; }
-  std::string decide(const std::string& text) { return detail::broadcast_text(world, text); }
+  std::string decide(const std::string& text) { return decisions->broadcast_idle(text); }
   ResultStore store_for(const std::string& run_dir) const {
     return ResultStore(options.results_dir.empty() ? run_dir + "/eval" : options.results_dir);
   }
@@ -88,7 +87,7 @@ struct OfflineEvaluator::Impl {
 checkpoint::CheckpointManager& OfflineEvaluator::Impl::manager(const std::string& run_dir) {
   auto& m = managers[run_dir];
   if (!m) {
-    m = std::make_unique<checkpoint::CheckpointManager>(run_dir, env.grid, env.comms,
+    m = std::make_unique<checkpoint::CheckpointManager>(run_dir, env.grid,
                                                         checkpoint::ManagerOptions{});
   }
   return *m;
@@ -139,7 +138,7 @@ std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointPlan& plan, mode
                       ? str(", memory budget ", format_bytes(static_cast<double>(o.memory_budget)),
                             " per rank")
                       : std::string()));
-    BatchSearchResult r = search_batch_size(model, data, *env.comms.dp, *env.comms.world, o);
+    BatchSearchResult r = search_batch_size(model, data, *env.control.dp, *env.control.world, o);
     log::info(str("batch sizes tried (samples/s predicted for the whole evaluation):\n",
                   format_trials(r), "\n  chosen: ", r.chosen));
     it = searches.emplace(cache_key, std::move(r)).first;
@@ -173,17 +172,9 @@ nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& p
                            {"batch_size", batch},
                            {"batch_size_requested", plan.key.batch_size},
                            {"max_samples", plan.key.max_samples},
-                           {"precision", plan.key.precision},
-                           {"task", r.task},
-                           {"samples", r.samples},
-                           {"count", r.count},
-                           {"loss", r.loss},
-                           {"accuracy", r.accuracy}};
-  if (r.task == "language_model") j["perplexity"] = r.perplexity;
+                           {"precision", plan.key.precision}};
+  add_result_fields(j, r);
   j["metric"] = metric;
-  j["eval_seconds"] = r.seconds;
-  j["samples_per_s"] = r.samples_per_second;
-  j["data_wait_seconds"] = r.data_wait_seconds;
   j["config"] = absolute(plan.config_origin);
   j["hpctrain_version"] = HPCTRAIN_VERSION;
   j["created_at"] = utc_timestamp();
@@ -235,21 +226,19 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     return Outcome::kBad;
   }
 
-  const std::string metric = !config.eval_metric().empty()
-                                 ? config.eval_metric()
-                                 : (model.task() == "classification" ? "accuracy" : "loss");
+  const std::string metric = metric_name(config.eval().metric_for(model.task()));
   nlohmann::ordered_json extra;
   EvalOptions eval_options;
   eval_options.batch_size = batch_size(plan, model, data, config.model_text(), extra);
   eval_options.max_samples = plan.key.max_samples;
   eval_options.bf16 = plan.key.precision == "bf16";
   eval_options.prefetch = options.prefetch;
-  const EvalResult result = evaluate(model, data, *env.comms.dp, eval_options);
+  const EvalResult result = evaluate(model, data, *env.control.dp, eval_options);
   nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);
   if (eval_options.bf16 && options.compare_fp32) {
     EvalOptions fp32 = eval_options;
     fp32.bf16 = false;
-    const EvalResult ref = evaluate(model, data, *env.comms.dp, fp32);
+    const EvalResult ref = evaluate(model, data, *env.control.dp, fp32);
     nlohmann::ordered_json cmp{{"fp32_loss", ref.loss},
                                {"fp32_accuracy", ref.accuracy},
                                {"loss_diff", result.loss - ref.loss},
@@ -308,16 +297,14 @@ void OfflineEvaluator::Impl::print_table() {
   log::info(detail::result_table(records, now, store.dir()));
 }
 
-OfflineEvaluator::OfflineEvaluator(EvalEnvironment env, OfflineOptions options)
+OfflineEvaluator::OfflineEvaluator(comm::Environment env, OfflineOptions options)
     : impl_(std::make_unique<Impl>(std::move(env), std::move(options))) {
   Impl& m = *impl_;
   if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
-  HPCTRAIN_MPI_CHECK(MPI_Comm_dup(m.env.runtime.world(), &m.world));
+  m.decisions = m.env.control.world->duplicate();
 }
 
-OfflineEvaluator::~OfflineEvaluator() {
-  if (impl_->world != MPI_COMM_NULL) MPI_Comm_free(&impl_->world);
-}
+OfflineEvaluator::~OfflineEvaluator() = default;
 
 int OfflineEvaluator::evaluate_checkpoint(const std::string& path) {
   Impl& m = *impl_;

@@ -19,9 +19,7 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
     test_path_ = data.get<std::string>("test", "");
   }
   auto eval = config_.section("eval");
-  eval_batch_size_ = eval.get<std::int64_t>("batch_size", eval_batch_size_);
-  eval_max_samples_ = eval.get<std::int64_t>("max_samples", eval_max_samples_);
-  eval_metric_ = eval.get<std::string>("metric", "");
+  eval_ = EvalConfig::from(eval);
   precision_ = config_.section("run").get<std::string>("precision", precision_);
   {
     YAML::Emitter out;

@@ -83,6 +83,12 @@ Runtime* Runtime::current() {
   return g_current;
 }
 
+std::string Runtime::mpi_standard_version() {
+  int major = 0, minor = 0;
+  MPI_Get_version(&major, &minor);
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
 std::string Runtime::mpi_library_version() {
   char text[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
   int length = 0;

@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -16,14 +16,12 @@ std::int64_t peak_rss_bytes() {
 }
 
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& f,
-                                    comm::Communicator& world) {
-  auto phases =
-      torch::tensor({mine.forward, mine.backward, mine.optimizer, mine.comm_wait, mine.data_wait,
-                     mine.eval, mine.checkpoint, mine.train_wall, mine.total_wall},
-                    torch::kDouble);
-  world.all_reduce(phases, comm::ReduceOp::kSum);
-  auto p = phases.accessor<double, 1>();
-  auto rss = world.all_gather(torch::tensor({peak_rss_bytes()}, torch::kLong));
+                                    comm::ControlPlane& world) {
+  std::vector<double> p{mine.forward,   mine.backward,  mine.optimizer,
+                        mine.comm_wait, mine.data_wait, mine.eval,
+                        mine.checkpoint, mine.train_wall, mine.total_wall};
+  world.reduce(p, comm::ReduceOp::kSum);
+  const std::vector<std::int64_t> peaks = world.all_gather(peak_rss_bytes());
 
   const double train_flops_per_sample = 3.0 * f.forward_flops_per_sample;  // forward + 2x backward
   const double train_flops = train_flops_per_sample * static_cast<double>(f.samples_trained);
@@ -69,8 +67,6 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   // Measured: seconds per trained sample over seconds per evaluated sample (FLOPs predict 3).
   j["cost_ratio_train_to_eval"] = {
       {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
-  std::vector<std::int64_t> peaks(rss.data_ptr<std::int64_t>(),
-                                  rss.data_ptr<std::int64_t>() + rss.numel());
   j["peak_rss_bytes_per_rank"] = peaks;
   return j;
 }

@@ -98,22 +98,25 @@ bool fusable(const torch::Tensor& t) {
 
 OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   OptimizerConfig c;
-  c.name = s.get<std::string>("name", c.name);
-  s.check_choice("name", c.name, {"sgd", "adam", "adamw"});
+  c.kind = s.get_choice<OptimizerKind>(
+      "name", c.kind,
+      {{"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
   c.lr = s.get<double>("lr", c.lr);
   c.momentum = s.get<double>("momentum", c.momentum);
   c.nesterov = s.get<bool>("nesterov", c.nesterov);
-  c.weight_decay = s.get<double>("weight_decay", c.name == "adamw" ? 0.01 : 0.0);
+  c.weight_decay = s.get<double>("weight_decay", c.kind == OptimizerKind::kAdamW ? 0.01 : 0.0);
   auto betas = s.get<std::vector<double>>("betas", {c.beta1, c.beta2});
   c.eps = s.get<double>("eps", c.eps);
   c.grad_clip = s.get<double>("grad_clip", c.grad_clip);
   c.grad_accumulation = s.get<int>("grad_accumulation", c.grad_accumulation);
-  c.on_nonfinite = s.get<std::string>("on_nonfinite", c.on_nonfinite);
+  c.on_nonfinite = s.get_choice<NonFinitePolicy>(
+      "on_nonfinite", c.on_nonfinite,
+      {{"stop", NonFinitePolicy::kStop}, {"skip", NonFinitePolicy::kSkip}});
   if (!(c.lr > 0) || !std::isfinite(c.lr)) s.fail("lr", "must be a positive number");
   if (c.momentum < 0 || c.momentum >= 1) s.fail("momentum", "must be in [0, 1)");
   if (c.nesterov && c.momentum == 0)
     s.fail("nesterov", "Nesterov momentum needs optim.momentum > 0");
-  if (c.nesterov && c.name != "sgd") s.fail("nesterov", "applies to sgd only");
+  if (c.nesterov && c.kind != OptimizerKind::kSgd) s.fail("nesterov", "applies to sgd only");
   if (c.weight_decay < 0) s.fail("weight_decay", "must be >= 0");
   if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1) {
     s.fail("betas", "must be two numbers in [0, 1), e.g. [0.9, 0.999]");
@@ -123,14 +126,13 @@ OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   if (!(c.eps > 0)) s.fail("eps", "must be positive");
   if (c.grad_clip < 0) s.fail("grad_clip", "must be >= 0 (0 turns clipping off)");
   if (c.grad_accumulation < 1) s.fail("grad_accumulation", "must be at least 1");
-  s.check_choice("on_nonfinite", c.on_nonfinite, {"stop", "skip"});
   return c;
 }
 
 Optimizer::Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config)
     : flat_(flat), config_(config) {
   auto& p = flat_.params();
-  if (config_.name == "sgd") {
+  if (config_.kind == OptimizerKind::kSgd) {
     if (config_.momentum > 0) momentum_ = torch::zeros_like(p);
   } else {
     exp_avg_ = torch::zeros_like(p);
@@ -147,7 +149,7 @@ void Optimizer::step(double lr) {
   const double wd = config_.weight_decay;
   if (fusable(p) && fusable(g)) {
     const auto n = p.numel();
-    if (config_.name == "sgd") {
+    if (config_.kind == OptimizerKind::kSgd) {
       fused_sgd(p.data_ptr<float>(), g.data_ptr<float>(),
                 momentum_.defined() ? momentum_.data_ptr<float>() : nullptr, n,
                 static_cast<float>(lr), static_cast<float>(wd),
@@ -166,12 +168,12 @@ void Optimizer::step(double lr) {
                     static_cast<float>(wd),
                     static_cast<float>(lr / bias1),
                     static_cast<float>(1.0 / std::sqrt(bias2)),
-                    config_.name == "adamw"};
+                    config_.kind == OptimizerKind::kAdamW};
       fused_adam(args, n);
     }
     return;
   }
-  if (config_.name == "sgd") {
+  if (config_.kind == OptimizerKind::kSgd) {
     // torch.optim.SGD (dampening 0): d = g + wd p; buf = m buf + d; d = nesterov ? d + m buf : buf.
     torch::Tensor d = g;
     if (wd != 0) d = torch::add_out(scratch_, g, p, wd);
@@ -192,7 +194,7 @@ void Optimizer::step(double lr) {
   }
   // torch.optim.Adam / AdamW.
   torch::Tensor grad = g;
-  if (config_.name == "adamw") {
+  if (config_.kind == OptimizerKind::kAdamW) {
     if (wd != 0) p.mul_(1 - lr * wd);
   } else if (wd != 0) {
     grad = torch::add_out(scratch_, g, p, wd);

@@ -28,12 +28,12 @@ bool output_is_terminal() {
 
 }  // namespace
 
-RunLog::RunLog(bool active, const std::string& run_dir, const std::string& mode,
+RunLog::RunLog(bool active, const std::string& run_dir, ProgressMode mode,
                std::int64_t total_steps, bool fresh)
     : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
-  live_ = mode == "live" || (mode == "auto" && output_is_terminal());
-  off_ = mode == "off";
+  live_ = mode == ProgressMode::kLive || (mode == ProgressMode::kAuto && output_is_terminal());
+  off_ = mode == ProgressMode::kOff;
   const std::string path = run_dir + "/metrics.jsonl";
   std::error_code ec;
   if (fresh && std::filesystem::file_size(path, ec) > 0 && !ec) {

@@ -8,6 +8,10 @@
 
 namespace hpctrain::train {
 
+const char* precision_name(Precision precision) {
+  return precision == Precision::kBf16 ? "bf16" : "fp32";
+}
+
 double parse_duration(const std::string& text, const std::string& key) {
   auto bad = [&] {
     return ConfigError(str(key, " = '", text,
@@ -54,8 +58,8 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.run.seed = s.get<std::uint64_t>("seed", c.run.seed);
     c.run.epochs = s.get<std::int64_t>("epochs", c.run.epochs);
     c.run.max_steps = s.get<std::int64_t>("max_steps", c.run.max_steps);
-    c.run.precision = s.get<std::string>("precision", c.run.precision);
-    s.check_choice("precision", c.run.precision, {"fp32", "bf16"});
+    c.run.precision = s.get_choice<Precision>(
+        "precision", c.run.precision, {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}});
     c.run.time_limit_s = parse_duration(s.get<std::string>("time_limit", ""), "run.time_limit");
     c.run.time_margin_s = s.get<double>("time_margin_s", c.run.time_margin_s);
     if (c.run.dir.empty()) s.fail("dir", "must name the run directory");
@@ -77,49 +81,24 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
   }
   {
     auto s = config.section("parallel");
-    c.parallel.tp = s.get<int>("tp", c.parallel.tp);
-    c.parallel.bucket_mb = s.get<double>("bucket_mb", c.parallel.bucket_mb);
-    c.parallel.overlap = s.get<bool>("overlap", c.parallel.overlap);
-    if (c.parallel.tp < 1) s.fail("tp", "must be a positive integer");
-    if (c.parallel.bucket_mb < 0) s.fail("bucket_mb", "must be >= 0 (0: one bucket per parameter)");
+    c.parallel = parallel::ParallelConfig::from(s);
   }
   {
     auto s = config.section("eval");
-    c.eval.every_steps = s.get<std::int64_t>("every_steps", c.eval.every_steps);
-    c.eval.batch_size = s.get<std::int64_t>("batch_size", c.eval.batch_size);
-    c.eval.at_end = s.get<bool>("at_end", c.eval.at_end);
-    c.eval.metric = s.get<std::string>("metric", c.eval.metric);
-    c.eval.patience = s.get<std::int64_t>("patience", c.eval.patience);
-    c.eval.max_samples = s.get<std::int64_t>("max_samples", c.eval.max_samples);
-    if (c.eval.every_steps < 0) s.fail("every_steps", "must be >= 0 (0: only at the end)");
-    if (c.eval.batch_size < 1) s.fail("batch_size", "must be at least 1");
-    if (!c.eval.metric.empty()) {
-      s.check_choice("metric", c.eval.metric, {"loss", "accuracy", "perplexity"});
-    }
-    if (c.eval.patience < 0) s.fail("patience", "must be >= 0 (0: no early stopping)");
-    if (c.eval.max_samples < 0) s.fail("max_samples", "must be >= 0");
+    c.eval = eval::EvalConfig::from(s);
   }
   {
     auto s = config.section("checkpoint");
-    c.checkpoint.every_steps = s.get<std::int64_t>("every_steps", c.checkpoint.every_steps);
-    c.checkpoint.every_minutes = s.get<double>("every_minutes", c.checkpoint.every_minutes);
-    c.checkpoint.keep = s.get<int>("keep", c.checkpoint.keep);
-    c.checkpoint.keep_best = s.get<bool>("keep_best", c.checkpoint.keep_best);
-    c.checkpoint.at_end = s.get<bool>("at_end", c.checkpoint.at_end);
-    c.checkpoint.background = s.get<bool>("background", c.checkpoint.background);
-    if (c.checkpoint.every_steps < 0) s.fail("every_steps", "must be >= 0 (0: not by steps)");
-    if (c.checkpoint.every_minutes < 0) s.fail("every_minutes", "must be >= 0");
-    if (c.checkpoint.keep < 2) {
-      s.fail("keep",
-             "must be at least 2, so a complete checkpoint survives while the next is "
-             "written");
-    }
+    c.checkpoint = checkpoint::CheckpointConfig::from(s);
   }
   {
     auto s = config.section("logging");
     c.logging.every_steps = s.get<std::int64_t>("every_steps", c.logging.every_steps);
-    c.logging.progress = s.get<std::string>("progress", c.logging.progress);
-    s.check_choice("progress", c.logging.progress, {"auto", "live", "plain", "off"});
+    c.logging.progress = s.get_choice<ProgressMode>("progress", c.logging.progress,
+                                                    {{"auto", ProgressMode::kAuto},
+                                                     {"live", ProgressMode::kLive},
+                                                     {"plain", ProgressMode::kPlain},
+                                                     {"off", ProgressMode::kOff}});
     if (c.logging.every_steps < 1) s.fail("every_steps", "must be at least 1");
   }
   {
@@ -127,6 +106,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.nan_step = s.get<std::int64_t>("nan_step", c.debug.nan_step);
     c.debug.nan_rank = s.get<int>("nan_rank", c.debug.nan_rank);
     c.debug.stop_step = s.get<std::int64_t>("stop_step", c.debug.stop_step);
+    c.debug.stop_rank = s.get<int>("stop_rank", c.debug.stop_rank);
   }
   return c;
 }

@@ -9,13 +9,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hpctrain/checkpoint/checkpoint_schedule.hpp"
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
-#include "hpctrain/data/prefetcher.hpp"
+#include "hpctrain/data/train_loader.hpp"
 #include "hpctrain/eval/evaluator.hpp"
+#include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -27,6 +31,7 @@
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
+#include "run_report.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
 
@@ -43,15 +48,14 @@ double seconds_since(Clock::time_point t) {
 }  // namespace
 
 nlohmann::json TrainerState::to_json() const {
-  return {{"step", step},
+  nlohmann::json j{{"step", step},
           {"epoch", sampler.epoch},
           {"offset_in_epoch", sampler.offset_in_epoch},
           {"global_step", sampler.global_step},
           {"consumed_samples", sampler.consumed_samples},
-          {"skipped_steps", skipped_steps},
-          {"best_metric", best_metric},
-          {"best_step", best_step},
-          {"evals_without_improvement", evals_without_improvement}};
+          {"skipped_steps", skipped_steps}};
+  eval.to_json(j);
+  return j;
 }
 
 TrainerState TrainerState::from_json(const nlohmann::json& j) {
@@ -62,15 +66,13 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   s.sampler.global_step = j.at("global_step").get<std::int64_t>();
   s.sampler.consumed_samples = j.at("consumed_samples").get<std::int64_t>();
   s.skipped_steps = j.value("skipped_steps", std::int64_t{0});
-  s.best_metric = j.value("best_metric", 0.0);
-  s.best_step = j.value("best_step", std::int64_t{-1});
-  s.evals_without_improvement = j.value("evals_without_improvement", std::int64_t{0});
+  s.eval = eval::EvalProgress::from_json(j);
   return s;
 }
 
 struct Trainer::Impl {
   TrainConfig cfg;
-  TrainEnvironment env;
+  comm::Environment env;
   std::string config_text;
   std::string model_name;
   std::unique_ptr<data::Dataset> train_data;
@@ -78,6 +80,7 @@ struct Trainer::Impl {
   std::shared_ptr<model::Model> model;
   std::unique_ptr<parallel::FlatParameters> flat;
   std::unique_ptr<parallel::GradientSynchronizer> sync;
+  std::unique_ptr<parallel::GradientFinalizer> finalizer;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<data::TrainSampler> sampler;
   std::unique_ptr<StepRunner> steps;
@@ -90,23 +93,23 @@ struct Trainer::Impl {
   PhaseSeconds phases;
   std::int64_t samples_evaluated = 0;
   double eval_wall = 0;
-  std::string eval_metric;
   std::unique_ptr<checkpoint::CheckpointManager> ckpt;
-  std::int64_t last_saved_step = -1;
-  Clock::time_point last_save_time = Clock::now();
+  std::unique_ptr<checkpoint::CheckpointSchedule> saves;
+  std::unique_ptr<eval::EvalSchedule> evals;
+  std::string resumed_from;              // checkpoint directory, if the run resumed
   std::optional<double> metric_at_step;  // eval metric of the current step, if evaluated
   std::int64_t metric_step = -1;
 
-  Impl(TrainEnvironment e) : env(std::move(e)) {}
+  Impl(comm::Environment e) : env(std::move(e)) {}
   void resume(const std::string& resume);
-  template <typename Agree>
-  bool run_eval(std::int64_t step, int& stop_signal, Agree& agree, RunLog& runlog,
-                TrainOutcome& outcome);
-  void save(std::int64_t step, const char* why);
+  /// Evaluates at `step`; true when early stopping ends the run. Collective over the world.
+  bool run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log, TrainOutcome& outcome);
+  void save(std::int64_t step, checkpoint::SaveReason why);
+  LedgerFacts ledger_facts(std::int64_t steps) const;
   bool is_rank0() const { return env.runtime.world_rank() == 0; }
 };
 
-Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnvironment env,
+Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Environment env,
                  const std::string& resume)
     : impl_(std::make_unique<Impl>(std::move(env))) {
   Impl& m = *impl_;
@@ -144,21 +147,13 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   m.model = model::build_model(model_section, ctx);
   m.model_name = model_section.get<std::string>("name", "mlp");
   config.check_unknown_keys();
-  check_data_fits_model(*m.model, *m.train_data, "data.train");
-  if (m.val_data) check_data_fits_model(*m.model, *m.val_data, "data.val");
-  if (m.model->task() == "language_model") {
-    const auto vocab = model_section.get<std::int64_t>("vocab_size", 0);
-    for (auto* d : {m.train_data.get(), m.val_data.get()}) {
-      if (d && d->info().vocab_size > vocab) {
-        throw DataError(str(d->info().path, " has a vocabulary of ", d->info().vocab_size,
-                            " tokens but model.vocab_size = ", vocab,
-                            ": set model.vocab_size >= ", d->info().vocab_size));
-      }
-    }
+  const auto vocab = model_section.get<std::int64_t>("vocab_size", 0);
+  eval::check_data_fits_model(*m.model, *m.train_data, "data.train", vocab,
+                              eval::FitAdvice::kTraining);
+  if (m.val_data) {
+    eval::check_data_fits_model(*m.model, *m.val_data, "data.val", vocab,
+                                eval::FitAdvice::kTraining);
   }
-  m.eval_metric = cfg.eval.metric.empty()
-                      ? (m.model->task() == "classification" ? "accuracy" : "loss")
-                      : cfg.eval.metric;
 
   m.sampler = std::make_unique<data::TrainSampler>(m.train_data->info().num_samples, m.global_batch,
                                                    cfg.run.seed, cfg.data.shuffle);
@@ -186,21 +181,31 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   m.model->to(m.device);
   m.flat = std::make_unique<parallel::FlatParameters>(*m.model);
   parallel::broadcast_parameters(*m.flat, *m.env.comms.dp);
-  const auto bucket_bytes = static_cast<std::int64_t>(cfg.parallel.bucket_mb * 1024 * 1024);
-  m.sync = std::make_unique<parallel::GradientSynchronizer>(*m.flat, m.env.comms.dp, bucket_bytes,
-                                                            cfg.parallel.overlap);
+  m.sync = std::make_unique<parallel::GradientSynchronizer>(
+      *m.flat, m.env.comms.dp, cfg.parallel.bucket_bytes(), cfg.parallel.overlap);
+  std::vector<torch::Tensor> replicated;
+  for (const auto& e : m.flat->entries()) {
+    if (m.model->shard_info(e.name).split_dim < 0) replicated.push_back(e.param);
+  }
+  m.finalizer = std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp,
+                                                              std::move(replicated));
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
-  m.steps = std::make_unique<StepRunner>(
-      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.optimizer, m.env, cfg, m.device,
-                        [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
+  m.steps = std::make_unique<StepRunner>(StepRunner::Parts{
+      *m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, m.env, cfg, m.device,
+      [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
+  const eval::Metric metric = cfg.eval.metric_for(m.model->task());
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
   options.keep_best = cfg.checkpoint.keep_best;
-  options.higher_is_better = eval::EvalResult::higher_is_better(m.eval_metric);
+  options.higher_is_better = eval::higher_is_better(metric);
   options.background = cfg.checkpoint.background;
-  options.metric_name = m.eval_metric;
-  m.ckpt = std::make_unique<checkpoint::CheckpointManager>(cfg.run.dir, grid, m.env.comms, options);
+  options.metric_name = eval::metric_name(metric);
+  m.ckpt = std::make_unique<checkpoint::CheckpointManager>(cfg.run.dir, grid, options);
   m.resume(resume);
+  m.saves = std::make_unique<checkpoint::CheckpointSchedule>(
+      cfg.checkpoint, m.resumed_from.empty() ? -1 : m.state.step);
+  m.evals = std::make_unique<eval::EvalSchedule>(cfg.eval, m.val_data != nullptr, metric,
+                                                 m.state.eval);
 }
 
 void Trainer::Impl::resume(const std::string& resume) {
@@ -214,7 +219,7 @@ void Trainer::Impl::resume(const std::string& resume) {
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
   optimizer->set_steps(ts.value("optimizer_steps", state.step - state.skipped_steps));
-  last_saved_step = state.step;
+  resumed_from = loaded.path;
   const auto& grid = env.grid;
   if (loaded.same_world && loaded.rng_state.defined()) {
     auto generator = at::detail::getDefaultCPUGenerator();
@@ -242,12 +247,13 @@ void Trainer::Impl::resume(const std::string& resume) {
   }
 }
 
-void Trainer::Impl::save(std::int64_t step, const char* why) {
+void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   const auto start = Clock::now();
   checkpoint::SaveContent content;
   content.step = step;
   content.epoch = state.sampler.epoch;
   content.consumed_samples = state.sampler.consumed_samples;
+  state.eval = evals->progress();
   content.trainer_state = state.to_json();
   content.trainer_state["optimizer_steps"] = optimizer->steps();
   content.trainer_state["global_batch"] = global_batch;
@@ -266,11 +272,30 @@ void Trainer::Impl::save(std::int64_t step, const char* why) {
   content.config_text = config_text;
   if (metric_step == step) content.metric = metric_at_step;
   ckpt->save(std::move(content));
-  last_saved_step = step;
-  last_save_time = Clock::now();
+  saves->saved(step);
   phases.checkpoint += seconds_since(start);
-  log::debug(str("checkpoint of step ", step, " (", why, ") handed over in ",
-                 format_seconds(ckpt->last_blocking_seconds())));
+  log::debug(str("checkpoint of step ", step, " (", checkpoint::save_reason_name(why),
+                 ") handed over in ", format_seconds(ckpt->last_blocking_seconds())));
+}
+
+LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
+  const auto& grid = env.grid;
+  LedgerFacts facts;
+  facts.model_name = model_name;
+  facts.task = model->task();
+  facts.parameters = model->logical_parameter_count();
+  facts.forward_flops_per_sample = model->forward_flops_per_sample();
+  facts.tokens_per_sample = model->task() == "language_model" ? train_data->info().seq_len : 1;
+  facts.steps = steps;
+  facts.samples_trained = steps * global_batch;
+  facts.samples_evaluated = samples_evaluated;
+  facts.eval_seconds_total = eval_wall;
+  facts.world_size = grid.world_size();
+  facts.dp = grid.dp_size();
+  facts.tp = grid.tp_size();
+  facts.threads_per_rank = env.device.threads;
+  facts.device = env.device.device;
+  return facts;
 }
 
 Trainer::~Trainer() = default;
@@ -287,45 +312,38 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
   return out;
 }
 
-// Evaluates at `step`, records the result, and returns true when early stopping ends the run.
-template <typename Agree>
-bool Trainer::Impl::run_eval(std::int64_t step, int& stop_signal, Agree& agree, RunLog& runlog,
+bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log,
                              TrainOutcome& outcome) {
   const auto eval_start = Clock::now();
   eval::EvalOptions options;
   options.batch_size = cfg.eval.batch_size;
-  options.bf16 = cfg.run.precision == "bf16";
+  options.bf16 = cfg.run.precision == Precision::kBf16;
   options.max_samples = cfg.eval.max_samples;
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
-  options.stop_check = [&] {
-    auto flags = agree(runtime::stop_signal_received(), false, false);
-    if (flags[0] != 0) stop_signal = flags[0];
-    return flags[0] != 0;
-  };
-  auto result = eval::evaluate(*model, *val_data, *env.comms.dp, options);
+  options.stop_check = [&] { return stop.stop_requested(); };
+  auto result = eval::evaluate(*model, *val_data, *env.control.dp, options);
   phases.eval += seconds_since(eval_start);
   eval_wall += result.seconds;
   samples_evaluated += result.samples;
   if (result.interrupted) {
-    runlog.line(
-        str("evaluation at step ", step, " interrupted by ", runtime::signal_name(stop_signal)));
+    // The stop checkpoint remembers it; the resumed run evaluates this step first.
+    evals->interrupted(step);
+    log.line(str("evaluation at step ", step, " interrupted by ",
+                 runtime::signal_name(stop.signal()), ": the resumed run evaluates it first"));
     return false;
   }
-  nlohmann::ordered_json j{{"type", "eval"},
-                           {"step", step},
-                           {"epoch", state.sampler.epoch},
-                           {"split", "val"},
-                           {"data", cfg.data.val}};
-  nlohmann::json body = result;
-  for (auto& [key, value] : body.items()) j[key] = value;
-  runlog.record(j);
-  runlog.line(eval_line(result, step));
-  metric_at_step = result.metric(eval_metric);
+  nlohmann::ordered_json record{{"type", "eval"},
+                                {"step", step},
+                                {"epoch", state.sampler.epoch},
+                                {"split", "val"},
+                                {"data", cfg.data.val}};
+  eval::add_result_fields(record, result);
+  log.record(record);
+  log.line(eval_line(result, step));
+  metric_at_step = result.metric(eval::metric_name(evals->metric()));
   metric_step = step;
-  if (update_early_stopping(state, result, eval_metric, cfg.eval.patience, step)) {
-    outcome.reason =
-        str("early stopping: ", eval_metric, " did not improve for ", cfg.eval.patience,
-            " evaluations (best ", state.best_metric, " at step ", state.best_step, ")");
+  if (evals->record(result, step)) {
+    outcome.reason = evals->early_stop_reason();
     return true;
   }
   return false;
@@ -335,77 +353,69 @@ TrainOutcome Trainer::run() {
   Impl& m = *impl_;
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
-  auto& world = *m.env.comms.world;
-  RunLog runlog(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
-                /*fresh=*/m.state.step == 0);
-  const int accumulation = cfg.optim.grad_accumulation;
-
+  RunReport report(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
+                   /*fresh=*/m.state.step == 0);
+  RunLog& log = report.log();
   log::info(str("training ", m.model_name, " (", m.model->logical_parameter_count(),
                 " parameters) on ", grid.describe(), ", ", m.global_batch, " samples per step (",
-                m.micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ", accumulation,
-                " micro-batches), ", m.total_steps, " steps (", m.sampler->steps_per_epoch(),
-                " per epoch), run dir ", cfg.run.dir));
-
-  const std::string complete_marker = cfg.run.dir + "/training_complete.json";
+                m.micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
+                cfg.optim.grad_accumulation, " micro-batches), ", m.total_steps, " steps (",
+                m.sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
   if (m.state.step >= m.total_steps && m.state.step > 0) {
-    // A chained or requeued job after the run finished: nothing to do, and nothing to overwrite.
+    // A chained or requeued job after the run finished: nothing to train or overwrite, but the
+    // job that saved the final checkpoint may have died before its bookkeeping.
     log::info(str("run ", cfg.run.dir, " is already complete at step ", m.state.step));
+    LedgerFacts facts = m.ledger_facts(0);
+    facts.steps = m.state.step;
+    facts.samples_trained = m.state.sampler.consumed_samples;
+    report.finish_completed(m.state.step, facts, m.resumed_from);
     return TrainOutcome{m.state.step, "already complete", 0};
   }
-  if (m.is_rank0()) std::filesystem::remove(complete_marker);  // more steps to come
+  report.clear_completion();  // more steps to come
 
-  // The prefetch thread walks its own copy of the sampler state; the main thread advances the
-  // same state at each step, so both agree on the stream without sharing anything.
-  data::SamplerState feed_state = m.state.sampler;
-  std::vector<std::int64_t> slice;
   const std::int64_t first_step = m.state.step;
-  auto produce = [&, feed_state](std::int64_t i, data::Batch& out) mutable {
-    const std::int64_t step = first_step + i / accumulation;
-    const int k = static_cast<int>(i % accumulation);
-    if (step >= m.total_steps) return false;
-    if (k == 0) {
-      auto global = m.sampler->next_global_batch(feed_state);
-      slice = data::TrainSampler::rank_slice(global, grid.dp_rank(), grid.dp_size());
-    }
-    std::vector<std::int64_t> micro(slice.begin() + k * m.micro_batch,
-                                    slice.begin() + (k + 1) * m.micro_batch);
-    out = m.train_data->read(micro);
-    return true;
-  };
-  data::Prefetcher prefetcher(produce, cfg.data.prefetch);
-
-  TrainOutcome outcome;
-  outcome.reason = "completed";
-  Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, world);
+  data::TrainLoader loader(*m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(),
+                           grid.dp_size(), cfg.data.prefetch,
+                           m.state.sampler.global_step + (m.total_steps - first_step),
+                           cfg.optim.grad_accumulation);
+  Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, *m.env.control.world);
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;
-  int stop_signal = 0;
-  // All ranks combine their stop flag (a signal, or the time limit) in one collective.
-  auto agree = [&](int local_signal, bool local_deadline, bool local_save_due) {
-    auto flags =
-        torch::tensor({local_signal, local_deadline ? 1 : 0, local_save_due ? 1 : 0}, torch::kInt);
-    world.all_reduce(flags, comm::ReduceOp::kMax);
-    return std::array<int, 3>{flags[0].item<int>(), flags[1].item<int>(), flags[2].item<int>()};
-  };
-  IntervalStats interval;
+  comm::StopAgreement stop_agreement(*m.env.control.world);
+  TrainOutcome outcome;
+  outcome.reason = "completed";
   bool stop = false;
+  if (m.evals->owes(m.state.step)) {
+    // A stop signal interrupted this step's evaluation in the previous job: run it first, and
+    // save the step again with its metric so keep-best retention sees it.
+    log.line(str("evaluating step ", m.state.step, ", whose evaluation a stop interrupted"));
+    stop = m.run_eval(m.state.step, stop_agreement, log, outcome);
+    if (m.metric_step == m.state.step) m.save(m.state.step, checkpoint::SaveReason::kStop);
+    if (stop_agreement.signal() != 0) {
+      // Interrupted again: the checkpoint of this step still owes the evaluation.
+      outcome.reason = str(runtime::signal_name(stop_agreement.signal()),
+                           " received: saved, requeue to resume");
+      outcome.exit_code = kExitRequeue;
+      stop = true;
+    }
+  }
+
+  IntervalStats interval;
+  std::vector<data::Batch> micro;
   // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
   // counted with the next step: training time is the loop's time less evaluations and saves.
   double carried = 0;
   while (m.state.step < m.total_steps && !stop) {
     const auto step_start = Clock::now();
-    const double wait_before = prefetcher.wait_seconds();
-    std::vector<data::Batch> micro(accumulation);
-    for (int k = 0; k < accumulation; ++k) {
-      if (!prefetcher.next(micro[k])) {
-        throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
-      }
+    const double wait_before = loader.wait_seconds();
+    if (!loader.next_step(micro)) {
+      throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
     }
-    const double waited = prefetcher.wait_seconds() - wait_before;
+    const double waited = loader.wait_seconds() - wait_before;
     m.phases.data_wait += waited;
     interval.data_wait += waited;
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
-    m.sampler->next_global_batch(m.state.sampler);  // advance the main thread's copy
+    m.state.sampler = loader.state();
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;
     const double step_seconds = seconds_since(step_start) + carried;
@@ -415,36 +425,36 @@ TrainOutcome Trainer::run() {
     double excluded = 0;  // evaluation and checkpoint saves of this iteration
 
     const std::int64_t step = m.state.step;
-    runlog.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second());
+    log.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second());
     if (step % cfg.logging.every_steps == 0 || step == m.total_steps) {
-      log_interval(interval, step, m.state.sampler.epoch, *m.env.comms.dp, runlog);
+      log_interval(interval, step, m.state.sampler.epoch, *m.env.control.dp, log);
       interval = IntervalStats{};
     }
-    const bool eval_now =
-        m.val_data && ((cfg.eval.every_steps > 0 && step % cfg.eval.every_steps == 0) ||
-                       (cfg.eval.at_end && step == m.total_steps));
-    if (eval_now) {
+    if (m.evals->due(step, m.total_steps)) {
       const auto eval_start = Clock::now();
-      if (m.run_eval(step, stop_signal, agree, runlog, outcome)) stop = true;
+      if (m.run_eval(step, stop_agreement, log, outcome)) stop = true;
       excluded += seconds_since(eval_start);
     }
 
-    // Every rank agrees before anyone acts (DESIGN.md invariant 2): one collective per step
+    // Every rank agrees before anyone acts (docs/ARCHITECTURE.md): one collective per step
     // combines stop signals, the wall-time deadline and the time-based checkpoint interval.
-    int local_signal = runtime::stop_signal_received();
-    if (cfg.debug.stop_step >= 0 && step == cfg.debug.stop_step) local_signal = SIGUSR1;
+    comm::StopRequest local;
+    local.signal = runtime::stop_signal_received();
+    if (cfg.debug.stop_step >= 0 && step == cfg.debug.stop_step &&
+        (cfg.debug.stop_rank < 0 || cfg.debug.stop_rank == m.env.runtime.world_rank())) {
+      local.signal = SIGUSR1;
+    }
     const double save_estimate =
         m.ckpt->last_save_seconds() > 0 ? m.ckpt->last_save_seconds() : guessed_save_s;
-    const bool by_time = cfg.checkpoint.every_minutes > 0 &&
-                         seconds_since(m.last_save_time) >= cfg.checkpoint.every_minutes * 60;
-    auto flags = agree(local_signal, deadline.reached(save_estimate), by_time);
-    if (stop_signal == 0) stop_signal = flags[0];
+    local.deadline = deadline.reached(save_estimate);
+    local.save_due = m.saves->time_due();
+    const comm::StopRequest agreed = stop_agreement.agree(local);
     bool requeue = false;
-    if (stop_signal != 0) {
-      outcome.reason =
-          str(runtime::signal_name(stop_signal), " received: saved, requeue to resume");
+    if (stop_agreement.signal() != 0) {
+      outcome.reason = str(runtime::signal_name(stop_agreement.signal()),
+                           " received: saved, requeue to resume");
       requeue = true;
-    } else if (flags[1] != 0) {
+    } else if (agreed.deadline) {
       outcome.reason = str("time limit (", deadline.source(), "): saved, requeue to resume");
       requeue = true;
     }
@@ -452,69 +462,31 @@ TrainOutcome Trainer::run() {
       outcome.exit_code = kExitRequeue;
       stop = true;
     }
-    const bool last = stop || step == m.total_steps;
-    const bool save_now =
-        requeue || flags[2] != 0 ||
-        (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) ||
-        (last && cfg.checkpoint.at_end);
-    if (save_now && m.last_saved_step != step) {
+    const auto why = m.saves->reason(step, stop || step == m.total_steps, requeue, agreed.save_due);
+    if (why != checkpoint::SaveReason::kNone) {
       const auto save_start = Clock::now();
-      m.save(step, requeue ? "stop request" : last ? "end of run" : "interval");
+      m.save(step, why);
       excluded += seconds_since(save_start);
     }
     carried = std::max(0.0, seconds_since(after_step) - excluded);
-  }
-  if (m.state.step >= m.total_steps && m.last_saved_step != m.state.step && cfg.checkpoint.at_end &&
-      m.state.step > first_step) {
-    m.save(m.state.step, "end of run");
   }
   {
     const auto start = Clock::now();
     m.ckpt->wait();  // the last save is committed before the job reports its outcome
     m.phases.checkpoint += seconds_since(start);
     if (!m.ckpt->last_saved_path().empty()) {
-      runlog.record({{"type", "checkpoint"},
-                     {"step", m.last_saved_step},
-                     {"path", m.ckpt->last_saved_path()},
-                     {"bytes", m.ckpt->last_save_bytes()},
-                     {"save_seconds", m.ckpt->last_save_seconds()},
-                     {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
+      log.record({{"type", "checkpoint"},
+                  {"step", m.saves->last_saved_step()},
+                  {"path", m.ckpt->last_saved_path()},
+                  {"bytes", m.ckpt->last_save_bytes()},
+                  {"save_seconds", m.ckpt->last_save_seconds()},
+                  {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
     }
   }
   m.phases.total_wall = seconds_since(m.started);
   outcome.steps = m.state.step;
-
-  LedgerFacts facts;
-  facts.model_name = m.model_name;
-  facts.task = m.model->task();
-  facts.parameters = m.model->logical_parameter_count();
-  facts.forward_flops_per_sample = m.model->forward_flops_per_sample();
-  facts.tokens_per_sample = m.model->task() == "language_model" ? m.train_data->info().seq_len : 1;
-  facts.steps = m.state.step - first_step;
-  facts.samples_trained = facts.steps * m.global_batch;
-  facts.samples_evaluated = m.samples_evaluated;
-  facts.eval_seconds_total = m.eval_wall;
-  facts.world_size = grid.world_size();
-  facts.dp = grid.dp_size();
-  facts.tp = grid.tp_size();
-  facts.threads_per_rank = m.env.device.threads;
-  facts.device = m.env.device.device;
-  auto ledger = build_ledger(m.phases, facts, world);
-  if (m.is_rank0()) {
-    std::ofstream(cfg.run.dir + "/ledger.json") << ledger.dump(2) << "\n";
-    runlog.record({{"type", "end"}, {"step", m.state.step}, {"reason", outcome.reason}});
-    runlog.line(str("stopped after step ", m.state.step, ": ", outcome.reason));
-    runlog.line(ledger_summary(ledger));
-    if (outcome.exit_code == 0) {
-      // The marker offline evaluation (--watch) waits for: no more checkpoints will come.
-      std::ofstream(complete_marker)
-          << nlohmann::json{{"step", m.state.step},
-                            {"reason", outcome.reason},
-                            {"last_checkpoint", m.ckpt->last_saved_path()}}
-                 .dump()
-          << "\n";
-    }
-  }
+  report.finish(outcome, m.phases, m.ledger_facts(m.state.step - first_step),
+                m.ckpt->last_saved_path(), *m.env.control.world);
   return outcome;
 }
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <ctime>
 
-#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -54,14 +54,14 @@ double slurm_seconds_left() {
 
 }  // namespace
 
-Deadline::Deadline(double time_limit_s, double margin_s, comm::Communicator& world)
+Deadline::Deadline(double time_limit_s, double margin_s, comm::ControlPlane& world)
     : margin_s_(margin_s) {
-  double left[2] = {time_limit_s > 0 ? time_limit_s : -1, -1};
+  // Only world rank 0 asks Slurm; the others pass -1, so the maximum is rank 0's answer.
+  std::vector<double> left{time_limit_s > 0 ? time_limit_s : -1, -1};
   if (world.rank() == 0) left[1] = slurm_seconds_left();
-  auto t = torch::tensor({left[0], left[1]}, torch::kDouble);
-  world.broadcast(t, 0);
-  const double limit = t[0].item<double>();
-  const double slurm = t[1].item<double>();
+  world.reduce(left, comm::ReduceOp::kMax);
+  const double limit = left[0];
+  const double slurm = left[1];
   double chosen = -1;
   if (limit > 0) {
     chosen = limit;

@@ -33,8 +33,8 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
 /// process and, under Slurm, the job's end time (asked of squeue by world rank 0 and broadcast).
 class Deadline {
  public:
-  /// Collective over `world` (rank 0 asks Slurm, then broadcasts).
-  Deadline(double time_limit_s, double margin_s, comm::Communicator& world);
+  /// Collective over `world` (rank 0 asks Slurm, every rank learns its answer).
+  Deadline(double time_limit_s, double margin_s, comm::ControlPlane& world);
   /// Whether the time left is less than `save_seconds` plus the margin. Local.
   bool reached(double save_seconds) const;
   /// Seconds left, or nullopt without a deadline. Local.

@@ -4,12 +4,15 @@
 #include <cstdio>
 
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/optimizer.hpp"
@@ -25,7 +28,7 @@ double since(Clock::time_point t) {
 }  // namespace
 
 StepRunner::StepRunner(Parts parts) : p_(parts) {
-  if (p_.env.comms.tp->size() > 1) {
+  if (p_.env.grid.tp_size() > 1) {
     const auto& entries = p_.flat.entries();
     for (std::size_t i = 0; i < entries.size(); ++i) {
       if (p_.model.shard_info(entries[i].name).split_dim < 0) replicated_entries_.push_back(i);
@@ -39,7 +42,7 @@ void StepRunner::device_sync() {
 
 double StepRunner::global_grad_norm() {
   torch::NoGradGuard no_grad;
-  auto& tp = *p_.env.comms.tp;
+  auto& tp = *p_.env.control.tp;
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
   if (tp.size() == 1) return std::sqrt(sq);
   // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
@@ -48,34 +51,14 @@ double StepRunner::global_grad_norm() {
   for (auto i : replicated_entries_) {
     sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
   }
-  auto total = torch::tensor({sq}, torch::kDouble);
-  tp.all_reduce(total, comm::ReduceOp::kSum);
-  return std::sqrt(std::max(0.0, total.item<double>()));
-}
-
-void StepRunner::sync_replicated_gradients() {
-  // Replicated parameters get mathematically identical gradients on every tp rank; averaging them
-  // keeps the replicas bit-identical even if reductions round differently.
-  if (replicated_entries_.empty()) return;
-  const auto& entries = p_.flat.entries();
-  std::vector<torch::Tensor> parts;
-  for (auto i : replicated_entries_) {
-    parts.push_back(p_.flat.grads().narrow(0, entries[i].offset, entries[i].numel));
-  }
-  auto packed = torch::cat(parts);
-  p_.env.comms.tp->all_reduce(packed, comm::ReduceOp::kAvg);
-  std::int64_t offset = 0;
-  for (auto& part : parts) {
-    part.copy_(packed.narrow(0, offset, part.numel()));
-    offset += part.numel();
-  }
+  return std::sqrt(std::max(0.0, tp.sum(sq)));
 }
 
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                             std::int64_t total_steps, PhaseSeconds& phases) {
   StepResult r;
   const int k_total = static_cast<int>(micro.size());
-  const bool bf16 = p_.cfg.run.precision == "bf16";
+  const bool bf16 = p_.cfg.run.precision == Precision::kBf16;
   const bool inject_nan =
       p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
   p_.model.train();
@@ -83,25 +66,11 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     auto inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
     auto targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
     auto t0 = Clock::now();
-    if (bf16) {
-      if (p_.device.is_cuda()) {
-        compat::set_cuda_autocast(true, torch::kBFloat16);
-      } else {
-        compat::set_cpu_autocast(true, torch::kBFloat16);
-      }
-    }
     model::LossOutput out;
-    try {
+    {
+      compat::AutocastScope autocast(bf16, p_.device);  // forward and loss; off again on error
       auto outputs = p_.model.forward(inputs);
       out = p_.model.loss(outputs, targets);
-    } catch (...) {
-      if (bf16) compat::set_cpu_autocast(false, torch::kBFloat16);
-      throw;
-    }
-    if (bf16) {
-      compat::set_cpu_autocast(false, torch::kBFloat16);
-      if (p_.device.is_cuda()) compat::set_cuda_autocast(false, torch::kBFloat16);
-      compat::clear_autocast_cache();
     }
     torch::Tensor loss = out.loss;
     if (inject_nan && k == 0) {
@@ -123,20 +92,20 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   }
   r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
 
-  r.comm_wait = p_.sync.finish();
+  // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
+  r.comm_wait = p_.finalizer.finalize();
   phases.comm_wait += r.comm_wait;
 
   // A checkpoint's deferred copy must finish before anything below may change the parameters.
   if (p_.before_update) phases.checkpoint += p_.before_update();
   auto t2 = Clock::now();
-  sync_replicated_gradients();
   r.grad_norm = global_grad_norm();
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
   if (!std::isfinite(r.grad_norm)) {
     const std::string loss_note = std::isfinite(r.local_loss)
                                       ? "the loss on this rank was finite"
                                       : str("the loss on this rank was ", r.local_loss);
-    if (p_.cfg.optim.on_nonfinite == "stop") {
+    if (p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
       throw NonFiniteError(str("non-finite gradient norm at step ", step, " (", loss_note,
                                "); stopped before the update, so no parameter or optimizer state "
                                "was changed. Lower optim.lr, enable optim.grad_clip, check the "
@@ -170,11 +139,10 @@ void IntervalStats::add(const StepResult& r, std::int64_t global_batch, double s
   lr = r.lr;
 }
 
-void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm::Communicator& dp,
+void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm::ControlPlane& dp,
                   RunLog& runlog) {
-  auto sums = torch::tensor({in.loss_sum, in.correct, in.count}, torch::kDouble);
-  dp.all_reduce(sums, comm::ReduceOp::kSum);
-  auto s = sums.accessor<double, 1>();
+  std::vector<double> s{in.loss_sum, in.correct, in.count};
+  dp.reduce(s, comm::ReduceOp::kSum);
   const double seconds = in.seconds;
   const double loss = s[2] > 0 ? s[0] / s[2] : 0;
   const double sps = in.samples_per_second();
@@ -217,49 +185,6 @@ std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
                   r.samples_per_second);
   }
   return line;
-}
-
-bool update_early_stopping(TrainerState& state, const eval::EvalResult& r,
-                           const std::string& metric, std::int64_t patience, std::int64_t step) {
-  const double value = r.metric(metric);
-  const bool higher = eval::EvalResult::higher_is_better(metric);
-  const bool improved =
-      state.best_step < 0 || (higher ? value > state.best_metric : value < state.best_metric);
-  if (improved) {
-    state.best_metric = value;
-    state.best_step = step;
-    state.evals_without_improvement = 0;
-    return false;
-  }
-  ++state.evals_without_improvement;
-  return patience > 0 && state.evals_without_improvement >= patience;
-}
-
-void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key) {
-  const auto& info = dataset.info();
-  const std::string task = data::dataset_kind_name(info.kind);
-  if (task != model.task()) {
-    throw DataError(str(key, " = ", info.path, " holds ", task, " data, but the model is a ",
-                        model.task(), " model: point ", key, " at a matching file"));
-  }
-  data::Batch one = dataset.read({0});
-  torch::Tensor outputs;
-  try {
-    torch::NoGradGuard no_grad;
-    auto device = model.parameters().front().device();
-    outputs = model.forward(one.inputs.to(device));
-  } catch (const c10::Error& e) {
-    std::string shape;
-    for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
-    throw DataError(str(key, " = ", info.path, ": samples of shape ", shape,
-                        " do not fit the model (", e.what_without_backtrace(),
-                        "); check the model section (e.g. model.in_features, model.input_shape)"));
-  }
-  if (model.task() == "classification" && info.num_classes > outputs.size(-1)) {
-    throw DataError(str(key, " = ", info.path, " has ", info.num_classes,
-                        " classes but the model outputs ", outputs.size(-1),
-                        ": set model.num_classes = ", info.num_classes));
-  }
 }
 
 }  // namespace hpctrain::train

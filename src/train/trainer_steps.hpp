@@ -20,6 +20,7 @@ class Model;
 namespace hpctrain::parallel {
 class FlatParameters;
 class GradientSynchronizer;
+class GradientFinalizer;
 }  // namespace hpctrain::parallel
 
 namespace hpctrain::train {
@@ -45,8 +46,9 @@ class StepRunner {
     model::Model& model;
     parallel::FlatParameters& flat;
     parallel::GradientSynchronizer& sync;
+    parallel::GradientFinalizer& finalizer;
     Optimizer& optimizer;
-    TrainEnvironment& env;
+    comm::Environment& env;
     const TrainConfig& cfg;
     torch::Device device;
     /// Called after backward, before the update phase (the first code that may modify
@@ -61,7 +63,6 @@ class StepRunner {
 
  private:
   double global_grad_norm();
-  void sync_replicated_gradients();
   void device_sync();
 
   Parts p_;
@@ -90,19 +91,9 @@ struct IntervalStats {
 /// Reduces the interval over the dp group and writes a train record and (plain mode) a line.
 /// Collective over the dp group.
 void log_interval(IntervalStats& interval, std::int64_t step, std::int64_t epoch,
-                  comm::Communicator& dp, RunLog& runlog);
+                  comm::ControlPlane& dp, RunLog& runlog);
 
 /// "eval at step 400: loss 0.3312, accuracy 0.8812 (10000 samples, 2.1 s, 4700 samples/s)".
 std::string eval_line(const eval::EvalResult& r, std::int64_t step);
-
-/// Records the result for early stopping; true when patience is exhausted. Local (identical on
-/// every rank: the metrics are global).
-bool update_early_stopping(TrainerState& state, const eval::EvalResult& r,
-                           const std::string& metric, std::int64_t patience, std::int64_t step);
-
-/// Throws DataError when the dataset's samples do not fit the model (shape, classes,
-/// vocabulary), naming the file, `key` and both sides. Runs one forward pass on one sample.
-/// Collective over the tp group (the same on every tp rank).
-void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key);
 
 }  // namespace hpctrain::train

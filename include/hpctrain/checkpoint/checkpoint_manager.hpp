@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/model/model.hpp"
 
 namespace hpctrain::runtime {
@@ -90,12 +89,12 @@ struct Loaded {
 
 class CheckpointManager {
  public:
-  /// Local; nothing is written until save(). Throws ConfigError when options.keep < 2. `comms`
-  /// is kept for the caller's convenience only: checkpoint traffic runs on MPI duplicates of the
-  /// grid's communicators (made by the first collective call), never on the training
-  /// communicators (which may be NCCL).
+  /// Local; nothing is written until save(). Throws ConfigError when options.keep < 2.
+  /// Checkpoint traffic (decisions, agreements, the writers' messages) runs on private control
+  /// channels over the grid's world and tp groups (duplicated by the first collective call),
+  /// never on the training communicators (which may be NCCL).
   CheckpointManager(std::string run_dir, const runtime::ProcessGrid& grid,
-                    comm::GroupCommunicators comms, ManagerOptions options);
+                    ManagerOptions options);
   /// Waits for a background write (errors are logged, not thrown) and frees the duplicated
   /// communicators. Local.
   ~CheckpointManager();

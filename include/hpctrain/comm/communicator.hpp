@@ -1,6 +1,7 @@
 #pragma once
-// The Communicator interface: collectives on torch::Tensor over one process group. Backends: MPI
-// (CPU tensors) and NCCL (CUDA tensors). Every method is collective over the group: all of its
+// The Communicator interface: the data plane. Collectives on model tensors on the run's device over
+// one process group. Backends: MPI (CPU tensors) and NCCL (CUDA tensors). Host values (flags, metric
+// sums, norms, text) never travel here: they go through the control plane (control_plane.hpp). Every method is collective over the group: all of its
 // ranks must call the same operations in the same order with matching shapes and dtypes.
 
 #include <torch/torch.h>
@@ -8,14 +9,9 @@
 #include <memory>
 #include <string>
 
+#include "hpctrain/comm/reduce_op.hpp"
+
 namespace hpctrain::comm {
-
-enum class ReduceOp { kSum, kAvg, kMax, kMin };
-
-/// "sum", "avg", "max", "min". Local.
-const char* reduce_op_name(ReduceOp op);
-/// Parses a reduce op name; throws ConfigError on an unknown name. Local.
-ReduceOp parse_reduce_op(const std::string& name);
 
 /// A collective in flight. wait() returns once the result is in the tensor (for NCCL: once the
 /// current CUDA stream is ordered after it) and rethrows the collective's error, if any.

@@ -39,6 +39,11 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void wait_all() override;
 
+  /// One plain in-place MPI_Allreduce on `tensor` (a contiguous CPU tensor of a natively reduced
+  /// dtype: not bfloat16/float16; sum, max or min), with none of all_reduce's checks, chunking or
+  /// watchdog: the baseline `hpctrain bench allreduce` compares against. Collective.
+  void plain_mpi_all_reduce(torch::Tensor& tensor, ReduceOp op);
+
  private:
   void all_reduce_now(torch::Tensor& tensor, ReduceOp op);
   void worker_loop();

@@ -46,4 +46,38 @@ inline void clear_autocast_cache() {
   at::autocast::clear_cache();
 }
 
+/// bf16 autocast for the device's type while the scope lives (a no-op when `enabled` is false):
+/// on at construction, off again and its cast cache cleared at end() or destruction, whatever
+/// happens in between (an exception must not leave autocast on for the next forward pass).
+/// Training, evaluation and the batch-size search all enter autocast through this. Local.
+class AutocastScope {
+ public:
+  AutocastScope(bool enabled, const torch::Device& device)
+      : active_(enabled), cuda_(device.is_cuda()) {
+    if (active_) set(true);
+  }
+  ~AutocastScope() { end(); }
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+  /// Leaves autocast now (idempotent); the destructor then does nothing. Local.
+  void end() {
+    if (!active_) return;
+    active_ = false;
+    set(false);
+    clear_autocast_cache();
+  }
+
+ private:
+  void set(bool on) {
+    if (cuda_) {
+      set_cuda_autocast(on, at::kBFloat16);
+    } else {
+      set_cpu_autocast(on, at::kBFloat16);
+    }
+  }
+  bool active_;
+  bool cuda_;
+};
+
 }  // namespace hpctrain::compat

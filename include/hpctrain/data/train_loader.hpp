@@ -1,10 +1,12 @@
 #pragma once
 // This rank's training batches: the global sampler (sampler.hpp) sliced for this data-parallel
-// rank, read from a Dataset by a Prefetcher K batches ahead. Tensor-parallel ranks of one
-// data-parallel group pass the same dp_rank and so read the same samples.
+// rank, optionally split into micro-batches for gradient accumulation, read from a Dataset by a
+// Prefetcher ahead of the training loop. Tensor-parallel ranks of one data-parallel group pass the
+// same dp_rank and so read the same samples.
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/prefetcher.hpp"
@@ -17,11 +19,17 @@ class TrainLoader {
   /// Starts reading this rank's slices of the global batches that follow `start`, `prefetch`
   /// batches ahead (0 = read inside next()). Stops after global step `end_step` (-1 = never).
   /// `dataset` must outlive the loader. Local.
+  /// With `micro_batches` K > 1 each rank slice is read as K consecutive micro-batches (its
+  /// length must divide by K); `prefetch` counts micro-batches.
   TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start, int dp_rank,
-              int dp_size, int prefetch, std::int64_t end_step = -1);
+              int dp_size, int prefetch, std::int64_t end_step = -1, int micro_batches = 1);
 
-  /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local.
+  /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local;
+  /// with micro-batches use next_step().
   bool next(Batch& out);
+  /// The K micro-batches of this rank's next step (K = 1: its batch); false once end_step is
+  /// reached. Rethrows reader errors. Local.
+  bool next_step(std::vector<Batch>& micro);
   /// The stream position after the batches next() returned (not the ones read ahead): what a
   /// checkpoint saves. Local.
   const SamplerState& state() const { return state_; }
@@ -32,6 +40,7 @@ class TrainLoader {
   TrainSampler sampler_;  // the consumer's copy: only advance() is called on it
   SamplerState state_;
   std::int64_t end_step_;
+  int micro_batches_;
   std::unique_ptr<Prefetcher> prefetcher_;
 };
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 namespace hpctrain::comm {
-class Communicator;
+class ControlPlane;
 }
 namespace hpctrain::data {
 class Dataset;
@@ -53,7 +53,7 @@ struct BatchSearchResult {
 /// ranks return the same choice. `dp` sizes the canonical batches per rank. Collective over the
 /// world (and the tp group inside the forward passes).
 BatchSearchResult search_batch_size(model::Model& model, data::Dataset& dataset,
-                                    comm::Communicator& dp, comm::Communicator& world,
+                                    comm::ControlPlane& dp, comm::ControlPlane& world,
                                     const BatchSearchOptions& options);
 
 /// Bytes of memory per rank the default budget allows: half of MemAvailable (/proc/meminfo)

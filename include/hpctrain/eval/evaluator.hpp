@@ -10,11 +10,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json_fwd.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "hpctrain/eval/eval_schedule.hpp"
+
 namespace hpctrain::comm {
-class Communicator;
+class ControlPlane;
 }
 namespace hpctrain::data {
 class Dataset;
@@ -26,7 +28,8 @@ class Model;
 namespace hpctrain::eval {
 
 struct EvalOptions {
-  std::int64_t batch_size = 1000;  ///< canonical batch size (metrics are exact for a given one)
+  /// Canonical batch size (metrics are exact for a given one).
+  std::int64_t batch_size = EvalConfig::kDefaultBatchSize;
   bool bf16 = false;               ///< bfloat16 autocast for the forward pass
   std::int64_t max_samples = 0;    ///< evaluate only the first max_samples (0 = all)
   /// Batches read ahead by a background thread (0: read inline). Metrics do not depend on it.
@@ -53,13 +56,19 @@ struct EvalResult {
   static bool higher_is_better(const std::string& name);
 };
 
-/// Evaluates `model` on `dataset` with the data-parallel group `dp` (tensor-parallel ranks of a dp
-/// group evaluate the same batches together). Runs in inference mode; bf16 uses CPU or CUDA
-/// autocast by the model's device. Collective over the world (dp and tp groups).
-EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communicator& dp,
+/// Evaluates `model` on `dataset`, the data-parallel group's ranks splitting the batches and
+/// summing the metrics over `dp`'s control channel (tensor-parallel ranks of a dp group evaluate
+/// the same batches together). Runs in inference mode; bf16 uses CPU or CUDA autocast by the
+/// model's device. Collective over the world (dp and tp groups).
+EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPlane& dp,
                     const EvalOptions& options);
 
 /// JSON fields of a result (loss, accuracy, perplexity, samples, ...). Local.
 void to_json(nlohmann::json& j, const EvalResult& r);
+
+/// Adds a result's fields (task, samples, count, loss, accuracy, perplexity for language models,
+/// eval_seconds, samples_per_s, data_wait_seconds) to `record`: the one set of fields that
+/// metrics.jsonl's periodic "eval" records and offline evaluation's result files share. Local.
+void add_result_fields(nlohmann::ordered_json& record, const EvalResult& r);
 
 }  // namespace hpctrain::eval

@@ -22,12 +22,16 @@ namespace hpctrain::eval {
 /// resharding for any tp size. Optimizer state is not loaded. Local.
 std::vector<checkpoint::TensorRecord> model_records(model::Model& model);
 
-/// Checks that `dataset` fits `model`: same task; for classification, one sample goes through the
-/// forward pass and the file's classes are within the model's outputs; for language models, the
-/// file's vocabulary is within `vocab_size` (model.vocab_size). Throws DataError naming `key`
-/// (the option or config key the file came from), the file, the shapes and what to do. Local
-/// (classification models are data-parallel only; language models are not run here).
+/// Whose fix an error message suggests: the training config's, or the evaluation's data choice.
+enum class FitAdvice { kTraining, kEvaluation };
+
+/// Checks that `dataset` fits `model`, for training and evaluation alike: same task, at least one
+/// sample, for language models a vocabulary within `vocab_size` (model.vocab_size); one sample
+/// goes through the forward pass, and for classification the file's classes must be within the
+/// model's outputs. Throws DataError naming `key` (the option or config key the file came from),
+/// the file, the shapes and what to do (`advice`). Collective over the tp group (the forward
+/// pass of a tensor-parallel model communicates): every rank calls it.
 void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key,
-                           std::int64_t vocab_size);
+                           std::int64_t vocab_size, FitAdvice advice = FitAdvice::kEvaluation);
 
 }  // namespace hpctrain::eval

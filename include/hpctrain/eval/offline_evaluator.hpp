@@ -41,13 +41,10 @@ struct OfflineOptions {
   double timeout_seconds = 3600;    ///< --watch: give up after this long without a new checkpoint
 };
 
-/// The distributed environment (built by the CLI, as for training).
-using EvalEnvironment = comm::Environment;
-
 class OfflineEvaluator {
  public:
   /// Collective over the world (duplicates the world communicator for its decisions).
-  OfflineEvaluator(EvalEnvironment env, OfflineOptions options);
+  OfflineEvaluator(comm::Environment env, OfflineOptions options);
   ~OfflineEvaluator();
   OfflineEvaluator(const OfflineEvaluator&) = delete;
   OfflineEvaluator& operator=(const OfflineEvaluator&) = delete;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpctrain/data/data_config.hpp"
+#include "hpctrain/eval/eval_schedule.hpp"
 #include "hpctrain/runtime/config.hpp"
 
 namespace hpctrain::model {
@@ -46,10 +47,10 @@ class RunConfig {
   std::vector<std::string> splits() const;
 
   const data::DataConfig& data() const { return data_; }
-  std::int64_t eval_batch_size() const { return eval_batch_size_; }    ///< eval.batch_size
-  std::int64_t eval_max_samples() const { return eval_max_samples_; }  ///< eval.max_samples
-  /// eval.metric, or "" (then: accuracy for classification, loss for language models).
-  const std::string& eval_metric() const { return eval_metric_; }
+  /// The run's `eval` section (batch size, sample limit, metric), as training read it.
+  const EvalConfig& eval() const { return eval_; }
+  std::int64_t eval_batch_size() const { return eval_.batch_size; }    ///< eval.batch_size
+  std::int64_t eval_max_samples() const { return eval_.max_samples; }  ///< eval.max_samples
   const std::string& precision() const { return precision_; }  ///< run.precision
   std::int64_t seq_len() const { return seq_len_; }            ///< model.seq_len (0: none)
   std::int64_t vocab_size() const { return vocab_size_; }      ///< model.vocab_size (0: none)
@@ -61,9 +62,7 @@ class RunConfig {
   std::string origin_;
   data::DataConfig data_;
   std::string test_path_;
-  std::int64_t eval_batch_size_ = 1000;
-  std::int64_t eval_max_samples_ = 0;
-  std::string eval_metric_;
+  EvalConfig eval_;
   std::string precision_ = "fp32";
   std::int64_t seq_len_ = 0;
   std::int64_t vocab_size_ = 0;

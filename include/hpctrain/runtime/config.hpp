@@ -77,6 +77,24 @@ class ConfigSection {
   /// Checks that `value` is one of `choices`, else fails listing them.
   void check_choice(const std::string& key, const std::string& value,
                     const std::vector<std::string>& choices) const;
+  /// The enum value named at `key` (or `fallback` when absent), one of `choices` (name, value);
+  /// fails listing the names otherwise. Strings end here: layers keep the enum.
+  template <typename E>
+  E get_choice(const std::string& key, E fallback,
+               const std::vector<std::pair<std::string, E>>& choices) {
+    std::string fallback_name;
+    std::vector<std::string> names;
+    for (const auto& [name, value] : choices) {
+      names.push_back(name);
+      if (value == fallback && fallback_name.empty()) fallback_name = name;
+    }
+    const auto text = get<std::string>(key, fallback_name);
+    check_choice(key, text, names);
+    for (const auto& [name, value] : choices) {
+      if (name == text) return value;
+    }
+    return fallback;
+  }
 
  private:
   YAML::Node node_;

@@ -39,6 +39,8 @@ class Runtime {
 
   /// The MPI library's own version string (MPI_Get_library_version), first line. Local.
   static std::string mpi_library_version();
+  /// The MPI standard the library implements ("3.1"; MPI_Get_version). Local.
+  static std::string mpi_standard_version();
   /// "MPI_THREAD_MULTIPLE" etc. Local.
   static std::string thread_level_name(int level);
   /// The process that owns the runtime, or nullptr before/after it exists. Local.

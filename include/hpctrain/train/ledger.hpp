@@ -9,7 +9,7 @@
 #include <string>
 
 namespace hpctrain::comm {
-class Communicator;
+class ControlPlane;
 }
 
 namespace hpctrain::train {
@@ -48,7 +48,7 @@ struct LedgerFacts {
 /// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak
 /// resident memory. Collective over `world`; the returned JSON is complete on every rank.
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& facts,
-                                    comm::Communicator& world);
+                                    comm::ControlPlane& world);
 
 /// A few lines for the end-of-run summary. Local.
 std::string ledger_summary(const nlohmann::ordered_json& ledger);

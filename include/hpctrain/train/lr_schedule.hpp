@@ -12,7 +12,8 @@ namespace hpctrain::train {
 
 /// The schedule section. docs/CONFIG.md documents every key.
 struct LrSchedule {
-  std::string name = "constant";  ///< constant | cosine | step
+  enum class Kind { kConstant, kCosine, kStep };
+  Kind kind = Kind::kConstant;    ///< schedule.name: constant | cosine | step
   std::int64_t warmup_steps = 0;  ///< linear warmup from lr/warmup_steps to lr
   double min_lr = 0.0;            ///< cosine: the floor reached at the last step
   std::int64_t step_size = 1000;  ///< step: multiply by gamma every step_size steps

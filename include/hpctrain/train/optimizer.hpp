@@ -18,9 +18,13 @@ class ConfigSection;
 
 namespace hpctrain::train {
 
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+/// What a step whose gradient norm is not finite does: fail the run (exit 6) or skip the update.
+enum class NonFinitePolicy { kStop, kSkip };
+
 /// The optim section. docs/CONFIG.md documents every key.
 struct OptimizerConfig {
-  std::string name = "adam";  ///< sgd | adam | adamw
+  OptimizerKind kind = OptimizerKind::kAdam;  ///< optim.name: sgd | adam | adamw
   double lr = 1e-3;
   double momentum = 0.0;      ///< sgd
   bool nesterov = false;      ///< sgd
@@ -30,7 +34,7 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double grad_clip = 0.0;             ///< global-norm clipping threshold; 0 = off
   int grad_accumulation = 1;          ///< micro-batches per optimizer step
-  std::string on_nonfinite = "stop";  ///< stop | skip
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  ///< optim.on_nonfinite: stop | skip
   /// Reads and validates the section; throws ConfigError naming the key. Local.
   static OptimizerConfig from(ConfigSection& section);
 };

@@ -11,12 +11,15 @@
 
 namespace hpctrain::train {
 
+/// How progress is shown: auto (live line on a terminal, else plain lines), live, plain, off.
+enum class ProgressMode { kAuto, kLive, kPlain, kOff };
+
 class RunLog {
  public:
-  /// `active` is true on the rank that writes (world rank 0). `mode`: auto | live | plain | off.
+  /// `active` is true on the rank that writes (world rank 0).
   /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file; a run starting
   /// at step 0 (`fresh`) first moves an existing file aside to metrics.jsonl.prev-<time>. Local.
-  RunLog(bool active, const std::string& run_dir, const std::string& mode, std::int64_t total_steps,
+  RunLog(bool active, const std::string& run_dir, ProgressMode mode, std::int64_t total_steps,
          bool fresh);
   ~RunLog();
 

@@ -9,6 +9,7 @@
 
 #include "hpctrain/comm/environment.hpp"
 #include "hpctrain/data/sampler.hpp"
+#include "hpctrain/eval/eval_schedule.hpp"
 #include "hpctrain/train/train_config.hpp"
 
 namespace hpctrain {
@@ -21,17 +22,12 @@ class ProcessGrid;
 
 namespace hpctrain::train {
 
-/// The distributed environment a run uses (built by the CLI).
-using TrainEnvironment = comm::Environment;
-
 /// Everything a resume needs besides tensors; saved in checkpoints as JSON.
 struct TrainerState {
   std::int64_t step = 0;  ///< optimizer steps completed
   data::SamplerState sampler;
   std::int64_t skipped_steps = 0;  ///< non-finite steps skipped (optim.on_nonfinite = skip)
-  double best_metric = 0;
-  std::int64_t best_step = -1;
-  std::int64_t evals_without_improvement = 0;
+  eval::EvalProgress eval;         ///< early stopping, and an evaluation a stop interrupted
   nlohmann::json to_json() const;
   static TrainerState from_json(const nlohmann::json& j);
 };
@@ -49,7 +45,7 @@ class Trainer {
   /// that can fail on bad input runs here, on every rank, before the first collective.
   /// `resume`: "auto" (latest checkpoint of run.dir if any), "none", or a checkpoint path.
   /// Local until the end, where parameters are broadcast over the dp group (collective).
-  Trainer(Config& config, const std::string& default_run_dir, TrainEnvironment env,
+  Trainer(Config& config, const std::string& default_run_dir, comm::Environment env,
           const std::string& resume = "auto");
   ~Trainer();
 

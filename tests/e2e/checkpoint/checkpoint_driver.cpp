@@ -179,7 +179,7 @@ int loop(const std::string& run_dir, int argc, char** argv) {
   const int tp = parse_int_option(argc, argv, "--tp", 1);
   const std::string pid_dir = parse_option(argc, argv, "--pid-dir");
   hpctrain::runtime::ProcessGrid grid(runtime, tp);
-  ckpt::CheckpointManager manager(run_dir, grid, {}, loop_options());
+  ckpt::CheckpointManager manager(run_dir, grid, loop_options());
   std::int64_t step = 0;
   if (runtime.world_rank() == 0 && !check_local(run_dir, &step)) {
     hpctrain::runtime::abort_job(1);
@@ -268,7 +268,7 @@ int export_checkpoint(const std::string& run_dir, const std::string& expected_js
   hpctrain::log::configure(runtime.world_rank(), runtime.host(), hpctrain::log::Level::kWarn,
                            false);
   hpctrain::runtime::ProcessGrid grid(runtime, parse_int_option(argc, argv, "--tp", 1));
-  ckpt::CheckpointManager manager(run_dir, grid, {}, {});
+  ckpt::CheckpointManager manager(run_dir, grid, {});
   const std::vector<Spec> all = specs(false);
   ckpt::SaveContent c;
   c.step = 42;

@@ -124,12 +124,12 @@ TEST(CheckpointMpi, ReshardsBetweenEveryTpLayout) {
   for (int tp_save : tp_sizes()) {
     runtime::ProcessGrid grid(rt(), tp_save);
     const std::string dir = run_dir + "/tp" + std::to_string(tp_save);
-    CheckpointManager saver(dir, grid, {}, options());
+    CheckpointManager saver(dir, grid, options());
     saver.save(content_at(grid, 100 + tp_save, tp_save));
     saver.wait();
     for (int tp_load : tp_sizes()) {
       runtime::ProcessGrid load_grid(rt(), tp_load);
-      CheckpointManager loader(dir, load_grid, {}, options());
+      CheckpointManager loader(dir, load_grid, options());
       const auto path = loader.resolve("auto");
       ASSERT_TRUE(path);
       auto t = targets(load_grid);
@@ -157,7 +157,7 @@ TEST(CheckpointMpi, RngStatesRoundTripAtTheSameWorldSize) {
     return generator.get_state();
   }();
   {
-    CheckpointManager m(run_dir, grid, {}, options());
+    CheckpointManager m(run_dir, grid, options());
     SaveContent c = content_at(grid, 5, 0.5);
     c.rng_state = mine;
     m.save(std::move(c));
@@ -172,7 +172,7 @@ TEST(CheckpointMpi, RngStatesRoundTripAtTheSameWorldSize) {
   // Each rank alone (a world of 1) loads the same checkpoint: values are whole, and the RNG
   // state is undefined unless the world really had one rank.
   runtime::ProcessGrid self(rt(), 1, MPI_COMM_SELF);
-  CheckpointManager alone(run_dir, self, {}, options());
+  CheckpointManager alone(run_dir, self, options());
   auto t = targets(self);
   const Loaded loaded = alone.load(*alone.resolve("auto"), t);
   expect_values(t, self, 0.5, "loaded by a world of one");
@@ -184,7 +184,7 @@ TEST(CheckpointMpi, BackgroundAndSynchronousSaving) {
   const std::string run_dir = shared_dir("modes");
   runtime::ProcessGrid grid(rt(), world_size());  // every rank a writer
   {
-    CheckpointManager m(run_dir, grid, {}, options(true));
+    CheckpointManager m(run_dir, grid, options(true));
     m.save(content_at(grid, 1, 1.0));
     EXPECT_GE(m.last_blocking_seconds(), 0.0);
     m.wait();
@@ -192,7 +192,7 @@ TEST(CheckpointMpi, BackgroundAndSynchronousSaving) {
     EXPECT_GT(m.last_save_bytes(), 0);
     EXPECT_EQ(fs::path(m.last_saved_path()).filename(), "step_00000001");
   }
-  CheckpointManager m(run_dir, grid, {}, options(false));
+  CheckpointManager m(run_dir, grid, options(false));
   m.save(content_at(grid, 2, 2.0));
   // Synchronous: committed when save() returns.
   if (world_rank() == 0) {
@@ -207,7 +207,7 @@ TEST(CheckpointMpi, BackgroundAndSynchronousSaving) {
 TEST(CheckpointMpi, BackgroundErrorsSurfaceOnEveryRankAndLeaveNothing) {
   const std::string run_dir = shared_dir("errors");
   runtime::ProcessGrid grid(rt(), world_size());
-  CheckpointManager m(run_dir, grid, {}, options(true));
+  CheckpointManager m(run_dir, grid, options(true));
   m.save(content_at(grid, 1, 1.0));
   m.wait();
   const std::string last_writer = std::to_string(world_size() - 1);
@@ -243,7 +243,7 @@ TEST(CheckpointMpi, BackgroundErrorsSurfaceOnEveryRankAndLeaveNothing) {
 TEST(CheckpointMpi, CopiedContentIsIndependentOfLiveTensors) {
   const std::string run_dir = shared_dir("copy");
   runtime::ProcessGrid grid(rt(), world_size());
-  CheckpointManager m(run_dir, grid, {}, options(true));
+  CheckpointManager m(run_dir, grid, options(true));
   for (std::int64_t step = 1; step <= 2; ++step) {  // the second save reuses the buffers
     SaveContent c = content_at(grid, step, static_cast<double>(step));
     std::vector<TensorRecord> live = c.tensors;
@@ -261,7 +261,7 @@ TEST(CheckpointMpi, DeferredCopyIsTakenBeforeWaitForCopyReturns) {
   const std::string run_dir = shared_dir("deferred");
   runtime::ProcessGrid grid(rt(), world_size());
   for (bool background : {true, false}) {  // synchronous saving copies inside save()
-    CheckpointManager m(run_dir, grid, {}, options(background));
+    CheckpointManager m(run_dir, grid, options(background));
     for (std::int64_t step = 1; step <= 2; ++step) {
       const double salt = static_cast<double>(step) + (background ? 0 : 10);
       SaveContent c = content_at(grid, step + (background ? 0 : 10), salt);
@@ -289,7 +289,7 @@ TEST(CheckpointMpi, DeferredCopyIsTakenBeforeWaitForCopyReturns) {
 TEST(CheckpointMpi, ModelMismatchNamesEveryTensorOnEveryRank) {
   const std::string run_dir = shared_dir("mismatch");
   runtime::ProcessGrid grid(rt(), 1);
-  CheckpointManager m(run_dir, grid, {}, options(false));
+  CheckpointManager m(run_dir, grid, options(false));
   m.save(content_at(grid, 1, 1.0));
   auto t = targets(grid);
   t[1].local = torch::zeros({7, 10});
@@ -317,7 +317,7 @@ TEST(CheckpointMpi, ModelMismatchNamesEveryTensorOnEveryRank) {
 TEST(CheckpointMpi, RanksThatDisagreeAreRefusedOnEveryRank) {
   const std::string run_dir = shared_dir("disagree");
   runtime::ProcessGrid grid(rt(), world_size());
-  CheckpointManager m(run_dir, grid, {}, options(true));
+  CheckpointManager m(run_dir, grid, options(true));
   SaveContent c = content_at(grid, world_rank() == world_size() - 1 ? 8 : 7, 1.0);
   std::string message;
   try {
@@ -352,7 +352,7 @@ TEST(CheckpointMpi, RetentionKeepsNewestBestAndLoaded) {
   o.keep = 2;
   o.higher_is_better = true;
   {
-    CheckpointManager m(run_dir, grid, {}, o);
+    CheckpointManager m(run_dir, grid, o);
     const std::vector<double> metrics{0.5, 0.9, 0.3, 0.4};
     for (std::size_t i = 0; i < metrics.size(); ++i) {
       SaveContent c = content_at(grid, static_cast<std::int64_t>(i + 1), 1.0);
@@ -367,7 +367,7 @@ TEST(CheckpointMpi, RetentionKeepsNewestBestAndLoaded) {
   }
   // Resumed from step 3 without keep_best: step 3 stays while it is the one loaded.
   o.keep_best = false;
-  CheckpointManager m(run_dir, grid, {}, o);
+  CheckpointManager m(run_dir, grid, o);
   auto t = targets(grid);
   m.load(run_dir + "/checkpoints/step_00000003", t);
   for (std::int64_t step = 5; step <= 7; ++step) m.save(content_at(grid, step, 1.0));

@@ -224,7 +224,7 @@ TEST(OfflineEvaluator, EvaluatesASavedCheckpointExactlyOnce) {
     // Saved as training saves (collective, every rank has the same weights).
     checkpoint::ManagerOptions manager_options;
     manager_options.background = false;
-    checkpoint::CheckpointManager manager(run, world.grid, world.comms, manager_options);
+    checkpoint::CheckpointManager manager(run, world.grid, manager_options);
     checkpoint::SaveContent content;
     content.step = 7;
     content.tensors = model_records(*model);
@@ -241,7 +241,7 @@ TEST(OfflineEvaluator, EvaluatesASavedCheckpointExactlyOnce) {
   OfflineOptions offline;
   offline.prefetch = 1;
   {
-    OfflineEvaluator evaluator(EvalEnvironment{rt(), world.grid, world.cpu, world.comms}, offline);
+    OfflineEvaluator evaluator(comm::Environment{rt(), world.grid, world.cpu, world.comms}, offline);
     EXPECT_EQ(evaluator.evaluate_checkpoint(run), 0);
     EXPECT_EQ(evaluator.evaluate_run(run), 0);  // already evaluated: nothing new
   }

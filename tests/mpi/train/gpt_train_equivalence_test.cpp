@@ -110,7 +110,7 @@ Params train_on(MPI_Comm base, int tp, Config config, const std::string& what) {
   runtime::ProcessGrid grid(rt(), tp, base);
   runtime::DeviceBinding cpu;
   auto comms = comm::make_group_communicators(rt(), grid, cpu, "mpi");
-  Trainer trainer(config, "unused", TrainEnvironment{rt(), grid, cpu, comms}, "none");
+  Trainer trainer(config, "unused", comm::Environment{rt(), grid, cpu, comms}, "none");
   trainer.run();
   // A model built like the trainer's gives each parameter's shard; its own weights are unused.
   auto section = config.section("model");

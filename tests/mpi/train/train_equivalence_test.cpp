@@ -74,7 +74,7 @@ Params train_on(MPI_Comm base, Config config) {
   runtime::ProcessGrid grid(rt(), 1, base);
   runtime::DeviceBinding cpu;
   auto comms = comm::make_group_communicators(rt(), grid, cpu, "mpi");
-  Trainer trainer(config, "unused", TrainEnvironment{rt(), grid, cpu, comms}, "none");
+  Trainer trainer(config, "unused", comm::Environment{rt(), grid, cpu, comms}, "none");
   trainer.run();
   return trainer.local_parameters();
 }

@@ -1,0 +1,239 @@
+#include "hpctrain/comm/control_plane.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/watchdog.hpp"
+
+namespace hpctrain::comm {
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kMin: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+// Host messages are small; a length that does not fit an MPI count is a programming error.
+int checked_count(std::size_t n, const char* what) {
+  if (n > static_cast<std::size_t>(INT_MAX)) {
+    throw CommError(str("control plane ", what, ": ", n, " elements exceed an MPI count"));
+  }
+  return static_cast<int>(n);
+}
+
+// Sleeps growing from 50 us to `cap_us` between tests: a message is noticed within ~cap, and an
+// idle wait costs a few wake-ups per millisecond at most instead of a spinning core (OpenMPI's
+// blocking waits spin).
+void wait_idle(MPI_Request* requests, int count, long cap_us) {
+  long delay_us = 50;
+  for (;;) {
+    int done = 0;
+    HPCTRAIN_MPI_CHECK(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    delay_us = std::min(delay_us * 2, cap_us);
+  }
+}
+
+template <typename T>
+void reduce_in_place(T* data, int count, MPI_Datatype type, ReduceOp op, MPI_Comm comm,
+                     const std::string& group) {
+  runtime::Watchdog::Scope watch("allreduce (control)", group.c_str(),
+                                 sizeof(T) * static_cast<std::size_t>(count));
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data, count, type, mpi_op(op), comm));
+}
+
+}  // namespace
+
+ControlPlane::ControlPlane(MPI_Comm comm, std::string name) : ControlPlane(comm, name, false) {}
+
+ControlPlane::ControlPlane(MPI_Comm comm, std::string name, bool owned)
+    : comm_(comm), name_(std::move(name)), owned_(owned) {
+  HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+ControlPlane::~ControlPlane() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owned_ && !finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<ControlPlane> ControlPlane::duplicate() const {
+  MPI_Comm copy = MPI_COMM_NULL;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_dup(comm_, &copy));
+  return std::unique_ptr<ControlPlane>(new ControlPlane(copy, name_, true));
+}
+
+bool ControlPlane::any(bool flag) {
+  int v = flag ? 1 : 0;
+  reduce_in_place(&v, 1, MPI_INT, ReduceOp::kMax, comm_, name_);
+  return v != 0;
+}
+
+bool ControlPlane::all(bool flag) {
+  int v = flag ? 1 : 0;
+  reduce_in_place(&v, 1, MPI_INT, ReduceOp::kMin, comm_, name_);
+  return v != 0;
+}
+
+double ControlPlane::reduce(double value, ReduceOp op) {
+  reduce_in_place(&value, 1, MPI_DOUBLE, op, comm_, name_);
+  return op == ReduceOp::kAvg ? value / size_ : value;
+}
+
+std::int64_t ControlPlane::reduce(std::int64_t value, ReduceOp op) {
+  if (op == ReduceOp::kAvg) {
+    throw CommError("control plane: avg of integers cannot be represented exactly; sum instead");
+  }
+  reduce_in_place(&value, 1, MPI_INT64_T, op, comm_, name_);
+  return value;
+}
+
+void ControlPlane::reduce(std::vector<double>& values, ReduceOp op) {
+  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_DOUBLE, op, comm_,
+                  name_);
+  if (op == ReduceOp::kAvg) {
+    for (double& v : values) v /= size_;
+  }
+}
+
+void ControlPlane::reduce(std::vector<std::int64_t>& values, ReduceOp op) {
+  if (op == ReduceOp::kAvg) {
+    throw CommError("control plane: avg of integers cannot be represented exactly; sum instead");
+  }
+  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_INT64_T, op, comm_,
+                  name_);
+}
+
+void ControlPlane::reduce(std::vector<std::uint64_t>& values, ReduceOp op) {
+  if (op == ReduceOp::kAvg) {
+    throw CommError("control plane: avg of integers cannot be represented exactly; sum instead");
+  }
+  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_UINT64_T, op, comm_,
+                  name_);
+}
+
+void ControlPlane::reduce(std::vector<int>& values, ReduceOp op) {
+  if (op == ReduceOp::kAvg) {
+    throw CommError("control plane: avg of integers cannot be represented exactly; sum instead");
+  }
+  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_INT, op, comm_,
+                  name_);
+}
+
+std::vector<std::int64_t> ControlPlane::all_gather(std::int64_t value) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(size_));
+  runtime::Watchdog::Scope watch("allgather (control)", name_.c_str(), sizeof value);
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(&value, 1, MPI_INT64_T, out.data(), 1, MPI_INT64_T, comm_));
+  return out;
+}
+
+std::vector<double> ControlPlane::all_gather(double value) {
+  std::vector<double> out(static_cast<std::size_t>(size_));
+  runtime::Watchdog::Scope watch("allgather (control)", name_.c_str(), sizeof value);
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(&value, 1, MPI_DOUBLE, out.data(), 1, MPI_DOUBLE, comm_));
+  return out;
+}
+
+std::string ControlPlane::broadcast(const std::string& text, int root) {
+  runtime::Watchdog::Scope watch("broadcast (control)", name_.c_str(), text.size());
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm_));
+  std::string out = text;
+  out.resize(static_cast<std::size_t>(length));
+  if (length > 0) {
+    HPCTRAIN_MPI_CHECK(MPI_Bcast(out.data(), checked_count(out.size(), "broadcast"), MPI_CHAR,
+                                 root, comm_));
+  }
+  return out;
+}
+
+std::string ControlPlane::broadcast_idle(const std::string& text, int root) {
+  // A decision is noticed within ~20 ms, and an idle rank wakes ~50 times a second.
+  constexpr long kCapUs = 20000;
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  MPI_Request request;
+  HPCTRAIN_MPI_CHECK(MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm_, &request));
+  wait_idle(&request, 1, kCapUs);
+  std::string out = text;
+  out.resize(static_cast<std::size_t>(length));
+  if (length > 0) {
+    HPCTRAIN_MPI_CHECK(MPI_Ibcast(out.data(), checked_count(out.size(), "broadcast"), MPI_CHAR,
+                                  root, comm_, &request));
+    wait_idle(&request, 1, kCapUs);
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> ControlPlane::gather_bytes(const void* data, std::size_t bytes,
+                                                     int root) {
+  std::vector<std::uint8_t> all;
+  if (rank_ == root) all.resize(bytes * static_cast<std::size_t>(size_));
+  runtime::Watchdog::Scope watch("gather (control)", name_.c_str(), bytes);
+  const int count = checked_count(bytes, "gather");
+  HPCTRAIN_MPI_CHECK(MPI_Gather(data, count, MPI_UINT8_T, rank_ == root ? all.data() : nullptr,
+                                count, MPI_UINT8_T, root, comm_));
+  return all;
+}
+
+void ControlPlane::scatter_bytes(const void* all, void* out, std::size_t bytes, int root) {
+  runtime::Watchdog::Scope watch("scatter (control)", name_.c_str(), bytes);
+  const int count = checked_count(bytes, "scatter");
+  HPCTRAIN_MPI_CHECK(MPI_Scatter(rank_ == root ? all : nullptr, count, MPI_UINT8_T, out, count,
+                                 MPI_UINT8_T, root, comm_));
+}
+
+void ControlPlane::send_text(int dest, int tag, const std::string& text) {
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  MPI_Request requests[2];
+  HPCTRAIN_MPI_CHECK(MPI_Isend(&length, 1, MPI_INT64_T, dest, tag, comm_, &requests[0]));
+  HPCTRAIN_MPI_CHECK(MPI_Isend(text.data(), checked_count(text.size(), "send"), MPI_CHAR, dest,
+                               tag, comm_, &requests[1]));
+  wait_idle(requests, 2, 2000);
+}
+
+std::string ControlPlane::recv_text(int source, int tag) {
+  std::int64_t length = 0;
+  MPI_Request request;
+  HPCTRAIN_MPI_CHECK(MPI_Irecv(&length, 1, MPI_INT64_T, source, tag, comm_, &request));
+  wait_idle(&request, 1, 2000);
+  std::string text(static_cast<std::size_t>(length), '\0');
+  HPCTRAIN_MPI_CHECK(MPI_Irecv(text.data(), checked_count(text.size(), "recv"), MPI_CHAR, source,
+                               tag, comm_, &request));
+  wait_idle(&request, 1, 2000);
+  return text;
+}
+
+std::optional<std::pair<int, std::string>> ControlPlane::first_problem(const std::string& problem) {
+  int first = problem.empty() ? size_ : rank_;
+  reduce_in_place(&first, 1, MPI_INT, ReduceOp::kMin, comm_, name_);
+  if (first == size_) return std::nullopt;
+  return std::make_pair(first, broadcast(problem, first));
+}
+
+void ControlPlane::barrier() {
+  runtime::Watchdog::Scope watch("barrier (control)", name_.c_str(), 0);
+  HPCTRAIN_MPI_CHECK(MPI_Barrier(comm_));
+}
+
+ControlGroups make_control_groups(const runtime::ProcessGrid& grid) {
+  ControlGroups groups;
+  groups.world = std::make_shared<ControlPlane>(grid.world_comm(), "world");
+  groups.dp = std::make_shared<ControlPlane>(grid.dp_comm(), "dp");
+  groups.tp = std::make_shared<ControlPlane>(grid.tp_comm(), "tp");
+  return groups;
+}
+
+}  // namespace hpctrain::comm
