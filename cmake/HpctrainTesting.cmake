@@ -20,15 +20,18 @@ set(HPCTRAIN_TEST_ENV
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCTRAIN_THREADS=1 HPCTRAIN_COLLECTIVE_TIMEOUT=90
     OMPI_MCA_btl_vader_single_copy_mechanism=none)
 
-# hpctrain_unit_test(NAME SOURCES ... LIBS ... [TIMEOUT s]): GoogleTest without MPI.
+# hpctrain_unit_test(NAME SOURCES ... LIBS ... [TIMEOUT s] [NO_TORCH]): GoogleTest without MPI.
+# NO_TORCH: the test links only its LIBS (no LibTorch, no precompiled header): for pure targets.
 function(hpctrain_unit_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "NO_TORCH" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE hpctrain_options GTest::gtest_main ${ARG_LIBS})
-  hpctrain_use_pch(${name})
+  if(NOT ARG_NO_TORCH)
+    hpctrain_use_pch(${name})
+  endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        ENVIRONMENT "${HPCTRAIN_TEST_ENV}")

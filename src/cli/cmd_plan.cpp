@@ -19,15 +19,15 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "hpctrain/train/compute_plan.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/train/train_config.hpp"
 
 namespace hpctrain::cli {
 namespace {
 
-using train::ComputePlan;
-using train::LedgerCalibration;
-using train::PlanInputs;
+using plan::ComputePlan;
+using plan::LedgerCalibration;
+using plan::PlanInputs;
 
 struct PlanOptions {
   std::string config;
@@ -99,15 +99,15 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     // Counted analytically so that a config of any size plans without allocating its weights
     // (tests/unit/plan checks the count against the built model).
     const model::GptOptions g = model::read_gpt_options(model_section, tp);
-    const train::TransformerShape shape{g.layers,     g.width,     g.seq_len,
+    const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                         g.vocab_size, g.mlp_ratio, g.tied_embeddings};
     in.task = "language_model";
-    in.non_embedding_parameters = train::transformer_non_embedding_parameters(shape);
-    in.parameters = in.non_embedding_parameters + train::transformer_embedding_parameters(shape);
+    in.non_embedding_parameters = plan::transformer_non_embedding_parameters(shape);
+    in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(shape);
     in.tokens_per_sample = static_cast<double>(g.seq_len);
     seq_len = g.seq_len;
     in.forward_flops_per_sample =
-        in.tokens_per_sample * train::transformer_forward_flops_per_token(
+        in.tokens_per_sample * plan::transformer_forward_flops_per_token(
                                    in.non_embedding_parameters, g.layers, g.seq_len, g.width);
     in.flops_formula =
         "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: 6 N D "
@@ -136,7 +136,7 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     in.steps = recorded->steps;
     in.train_samples = static_cast<double>(in.steps * in.global_batch);
     const bool evaluates = !tc.data.val.empty();
-    in.eval_passes = evaluates ? static_cast<double>(train::planned_evaluations(
+    in.eval_passes = evaluates ? static_cast<double>(plan::planned_evaluations(
                                      in.steps, tc.eval.every_steps, tc.eval.at_end))
                                : 0;
     if (in.eval_passes > 0) {
@@ -170,7 +170,7 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     throw ConfigError(str("--epochs ", in.epochs, ": the trainer runs whole epochs"));
   }
   // The trainer runs whole steps of one global batch; an epoch drops the remainder.
-  in.steps = train::planned_steps(static_cast<std::int64_t>(in.samples_per_epoch), in.global_batch,
+  in.steps = plan::planned_steps(static_cast<std::int64_t>(in.samples_per_epoch), in.global_batch,
                                   static_cast<std::int64_t>(in.epochs), tc.run.max_steps);
   if (in.steps < 1) {
     throw ConfigError(str("an epoch of ", in.samples_per_epoch,
@@ -205,7 +205,7 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     in.eval_passes = o.evals;
   } else if (in.eval_samples_per_pass > 0) {
     in.eval_passes = static_cast<double>(
-        train::planned_evaluations(in.steps, tc.eval.every_steps, tc.eval.at_end));
+        plan::planned_evaluations(in.steps, tc.eval.every_steps, tc.eval.at_end));
   }
   return in;
 }
@@ -224,17 +224,17 @@ PlanInputs inputs_from_sizes(const PlanOptions& o, int devices) {
     }
     in.model_name = "transformer";
     in.task = "language_model";
-    const train::TransformerShape shape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
+    const plan::TransformerShape shape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
     const bool shaped = o.layers > 0 && o.width > 0;
-    const double n = o.params > 0 ? o.params : train::transformer_non_embedding_parameters(shape);
+    const double n = o.params > 0 ? o.params : plan::transformer_non_embedding_parameters(shape);
     in.non_embedding_parameters = n;
     in.parameters = n;
     if (o.params <= 0 && o.vocab > 0) {
-      in.parameters += train::transformer_embedding_parameters(shape);
+      in.parameters += plan::transformer_embedding_parameters(shape);
     }
     const bool attention = shaped && o.seq_len > 0;
     const double per_token =
-        attention ? train::transformer_forward_flops_per_token(n, o.layers, o.seq_len, o.width)
+        attention ? plan::transformer_forward_flops_per_token(n, o.layers, o.seq_len, o.width)
                   : 2.0 * n;
     in.flops_formula = attention ? "6 N D + 6 layers T width D (training), 2 N D + 2 layers T "
                                    "width D (evaluation)"
@@ -287,7 +287,7 @@ LedgerCalibration load_calibration(const std::string& run_dir) {
   } catch (const nlohmann::json::exception& e) {
     throw ConfigError(str(path, ": not valid JSON (", e.what(), ")"));
   }
-  return train::read_ledger_calibration(ledger, path);
+  return plan::read_ledger_calibration(ledger, path);
 }
 
 // How well the plan reproduces the calibrating run itself: its FLOPs from its recorded config,
@@ -311,21 +311,21 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanOptions& o,
   in.eval_utilization = o.eval_utilization;
   check["config"] = config_path.string();
   check["train_samples"] = {{"planned", in.train_samples}, {"ledger", cal.samples_trained}};
-  const ComputePlan assumed = train::make_plan(in);
+  const ComputePlan assumed = plan::make_plan(in);
   check["train_flops"] = {{"planned", assumed.train_flops},
                           {"ledger", cal.train_flops},
-                          {"error", train::relative_error(assumed.train_flops, cal.train_flops)}};
+                          {"error", plan::relative_error(assumed.train_flops, cal.train_flops)}};
   if (peak_flops > 0) {
     // The estimate a user would have had before the run: the assumed utilisation.
     const double predicted = assumed.train_wall_s;
     check["assumed_utilization_train_wall_s"] = {
         {"predicted", predicted},
         {"actual", cal.train_wall_s},
-        {"error", train::relative_error(predicted, cal.train_wall_s)}};
+        {"error", plan::relative_error(predicted, cal.train_wall_s)}};
   }
   in.calibration = cal;
-  const ComputePlan calibrated = train::make_plan(in);
-  const double error = train::relative_error(calibrated.total_wall_s, cal.total_wall_s);
+  const ComputePlan calibrated = plan::make_plan(in);
+  const double error = plan::relative_error(calibrated.total_wall_s, cal.total_wall_s);
   check["calibrated_total_wall_s"] = {
       {"predicted", calibrated.total_wall_s}, {"actual", cal.total_wall_s}, {"error", error}};
   return check;
@@ -487,8 +487,8 @@ int run_plan(CommandContext& ctx) {
   if (!o.calibrate.empty()) calibration = load_calibration(o.calibrate);
   const int devices = o.devices > 0 ? o.devices : (calibration ? calibration->world_size : 1);
   const double peak =
-      o.peak_flops.empty() ? 0 : train::parse_peak_flops(o.peak_flops, "--peak-flops");
-  if (!o.optimizer.empty()) train::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
+      o.peak_flops.empty() ? 0 : plan::parse_peak_flops(o.peak_flops, "--peak-flops");
+  if (!o.optimizer.empty()) plan::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
   const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
 
   PlanInputs in;
@@ -514,9 +514,9 @@ int run_plan(CommandContext& ctx) {
   in.checkpoint_bandwidth = bandwidth;
   in.mtbf_s = o.mtbf_hours * 3600;
   in.calibration = calibration;
-  const ComputePlan plan = train::make_plan(in);
+  const ComputePlan plan = plan::make_plan(in);
 
-  nlohmann::ordered_json j = train::plan_to_json(plan);
+  nlohmann::ordered_json j = plan::plan_to_json(plan);
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;

@@ -107,6 +107,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.nan_rank = s.get<int>("nan_rank", c.debug.nan_rank);
     c.debug.stop_step = s.get<std::int64_t>("stop_step", c.debug.stop_step);
     c.debug.stop_rank = s.get<int>("stop_rank", c.debug.stop_rank);
+    c.debug.stop_eval_step = s.get<std::int64_t>("stop_eval_step", c.debug.stop_eval_step);
   }
   return c;
 }

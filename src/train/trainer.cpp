@@ -20,6 +20,7 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -157,9 +158,8 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
 
   m.sampler = std::make_unique<data::TrainSampler>(m.train_data->info().num_samples, m.global_batch,
                                                    cfg.run.seed, cfg.data.shuffle);
-  const std::int64_t epoch_steps = m.sampler->steps_per_epoch();
-  m.total_steps = epoch_steps * cfg.run.epochs;
-  if (cfg.run.max_steps > 0) m.total_steps = std::min(m.total_steps, cfg.run.max_steps);
+  m.total_steps = plan::planned_steps(m.train_data->info().num_samples, m.global_batch,
+                                      cfg.run.epochs, cfg.run.max_steps);
 
   if (resume == "none" && !checkpoint::list_checkpoints(cfg.run.dir).empty()) {
     throw ConfigError(str("run.dir = ", cfg.run.dir,
@@ -315,6 +315,10 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
 bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log,
                              TrainOutcome& outcome) {
   const auto eval_start = Clock::now();
+  if (cfg.debug.stop_eval_step == step &&
+      (cfg.debug.stop_rank < 0 || cfg.debug.stop_rank == env.runtime.world_rank())) {
+    runtime::request_stop(SIGUSR1);  // tests: as if the signal arrived as this evaluation starts
+  }
   eval::EvalOptions options;
   options.batch_size = cfg.eval.batch_size;
   options.bf16 = cfg.run.precision == Precision::kBf16;

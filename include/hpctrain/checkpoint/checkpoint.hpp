@@ -1,5 +1,5 @@
 #pragma once
-// Checkpoints that survive preemption (DESIGN.md invariants 3 and 4): the whole public API of the
+// Checkpoints that survive preemption (docs/ARCHITECTURE.md, invariants 3 and 4): the whole public API of the
 // checkpoint layer. Format and commit protocol: docs/CHECKPOINTS.md.
 //   checkpoint_manager.hpp  CheckpointManager: save (background), wait, resolve, load
 //   manifest.hpp            directory names, tensor locations, manifest and checksums

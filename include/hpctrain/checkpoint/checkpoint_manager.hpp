@@ -1,5 +1,5 @@
 #pragma once
-// Saving and loading checkpoints across the process grid (DESIGN.md invariants 3 and 4). A
+// Saving and loading checkpoints across the process grid (docs/ARCHITECTURE.md, invariants 3 and 4). A
 // checkpoint is a directory <run_dir>/checkpoints/step_<N>/ holding HDF5 files of logical tensors
 // (PyTorch state_dict names; tensor-parallel ranks write their hyperslabs), every rank's RNG
 // state, the run's config, and a manifest.json written last with the trainer state and each

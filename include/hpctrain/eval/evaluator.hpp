@@ -1,5 +1,5 @@
 #pragma once
-// Exact distributed evaluation (DESIGN.md invariant 5). The evaluation set is cut into canonical
+// Exact distributed evaluation (docs/ARCHITECTURE.md, invariant 5). The evaluation set is cut into canonical
 // batches [i*B, (i+1)*B) that do not depend on the world size; data-parallel rank r evaluates a
 // contiguous block of them (every sample exactly once, no padding, uneven counts allowed). Each
 // batch's loss sum, correct count and sample count land in their own slot of a per-batch table

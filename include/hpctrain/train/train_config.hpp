@@ -47,6 +47,7 @@ struct DebugSection {
   int nan_rank = 0;             ///< ... on this world rank
   std::int64_t stop_step = -1;  ///< request a stop (as SIGUSR1 would) at this step (tests)
   int stop_rank = -1;           ///< ... on this world rank only (-1: every rank)
+  std::int64_t stop_eval_step = -1;  ///< request a stop when the evaluation of this step starts
 };
 
 /// A training run's configuration, parsed once. Each layer owns its section's struct, defaults

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Crash safety (DESIGN.md invariant 3): a driver saves checkpoints back to back and is killed
+# Crash safety (docs/ARCHITECTURE.md, invariant 3): a driver saves checkpoints back to back and is killed
 # with SIGKILL 20 times: on one rank at each phase of the commit (the test hook
 # HPCTRAIN_TEST_CHECKPOINT_CRASH makes it kill itself there) and at random moments, then on two
 # ranks at random moments. Every restart checks what it finds before resuming from it: every

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "hpctrain/checkpoint/checkpoint.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/dataset_writer.hpp"
@@ -73,10 +74,12 @@ std::string config_text() {
 struct Grid {
   explicit Grid(MPI_Comm base) : grid(rt(), 1, base) {
     comms = comm::make_group_communicators(rt(), grid, cpu, "mpi");
+    control = comm::make_control_groups(grid);
   }
   runtime::ProcessGrid grid;
   runtime::DeviceBinding cpu;
   comm::GroupCommunicators comms;
+  comm::ControlGroups control;
 };
 
 std::shared_ptr<model::Model> make_model(std::uint64_t seed) {
@@ -95,10 +98,10 @@ TEST(Evaluator, SameMetricsAtAnyWorldSizePrefetchAndLimit) {
       EvalOptions options;
       options.batch_size = batch;
       options.max_samples = max_samples;
-      const EvalResult reference = evaluate(*model, *val, *self.comms.dp, options);
+      const EvalResult reference = evaluate(*model, *val, *self.control.dp, options);
       for (int prefetch : {0, 1, 3}) {
         options.prefetch = prefetch;
-        const EvalResult r = evaluate(*model, *val, *world.comms.dp, options);
+        const EvalResult r = evaluate(*model, *val, *world.control.dp, options);
         EXPECT_EQ(r.samples, max_samples ? 100 : 203);
         EXPECT_EQ(r.loss, reference.loss) << "batch " << batch << " prefetch " << prefetch;
         EXPECT_EQ(r.accuracy, reference.accuracy) << "batch " << batch;
@@ -116,7 +119,7 @@ TEST(BatchSizeSearch, EveryRankChoosesTheSameAndTheBudgetStopsIt) {
   options.samples = 203;
   options.seconds_per_size = 0.01;
   BatchSearchResult r =
-      search_batch_size(*model, *val, *world.comms.dp, *world.comms.world, options);
+      search_batch_size(*model, *val, *world.control.dp, *world.control.world, options);
   ASSERT_FALSE(r.trials.empty());
   EXPECT_EQ(r.trials.front().batch, 16);
   for (std::size_t i = 1; i < r.trials.size(); ++i) {
@@ -128,7 +131,7 @@ TEST(BatchSizeSearch, EveryRankChoosesTheSameAndTheBudgetStopsIt) {
   EXPECT_FALSE(format_trials(r).empty());
 
   options.memory_budget = 1;  // nothing fits beyond the first size
-  r = search_batch_size(*model, *val, *world.comms.dp, *world.comms.world, options);
+  r = search_batch_size(*model, *val, *world.control.dp, *world.control.world, options);
   EXPECT_EQ(r.chosen, 16);
   EXPECT_EQ(r.trials.size(), 1u);
   EXPECT_NE(r.stop_reason.find("over the budget"), std::string::npos) << r.stop_reason;
@@ -236,7 +239,7 @@ TEST(OfflineEvaluator, EvaluatesASavedCheckpointExactlyOnce) {
   auto val = data::Dataset::open(scratch() + "/val.h5");
   EvalOptions options;
   options.batch_size = 13;
-  const EvalResult reference = evaluate(*model, *val, *self.comms.dp, options);
+  const EvalResult reference = evaluate(*model, *val, *self.control.dp, options);
 
   OfflineOptions offline;
   offline.prefetch = 1;

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/dataset_writer.hpp"
@@ -140,10 +141,10 @@ TEST(Evaluation, FixedWeightsGiveIdenticalMetricsAtEveryWorldSize) {
   auto run = [&](MPI_Comm base, std::int64_t batch) {
     runtime::ProcessGrid grid(rt(), 1, base);
     runtime::DeviceBinding cpu;
-    auto comms = comm::make_group_communicators(rt(), grid, cpu, "mpi");
+    comm::ControlPlane dp(grid.dp_comm(), "dp");
     eval::EvalOptions options;
     options.batch_size = batch;
-    return eval::evaluate(*model, *val, *comms.dp, options);
+    return eval::evaluate(*model, *val, dp, options);
   };
   for (std::int64_t batch : {7, 16, 101, 1000}) {
     auto distributed = run(MPI_COMM_WORLD, batch);

@@ -1,4 +1,4 @@
-#include "hpctrain/train/compute_plan.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -7,7 +7,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
-namespace hpctrain::train {
+namespace hpctrain::plan {
 
 const std::vector<PeakFlopsPreset>& peak_flops_presets() {
   // Vendor datasheet figures per GPU, dense: the datasheets print the 2:4-sparsity figure
@@ -376,4 +376,4 @@ nlohmann::ordered_json plan_to_json(const ComputePlan& p) {
   return j;
 }
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::plan

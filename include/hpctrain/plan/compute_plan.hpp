@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace hpctrain::train {
+namespace hpctrain::plan {
 
 /// A per-device peak FLOP/s figure with where it comes from (docs/PLAN.md lists them).
 struct PeakFlopsPreset {
@@ -195,4 +195,4 @@ nlohmann::ordered_json plan_to_json(const ComputePlan& plan);
 /// Relative error (predicted - actual) / actual; 0 when actual is 0. Local.
 double relative_error(double predicted, double actual);
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::plan

@@ -1,0 +1,62 @@
+// The plan's FLOP and parameter counts against the models the trainer actually builds: the only
+// plan test that needs LibTorch (plan_unit_test links the pure plan library alone).
+
+#include <gtest/gtest.h>
+
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/runtime/config.hpp"
+
+namespace hpctrain::plan {
+namespace {
+
+TEST(PlanFlops, TransformerCountMatchesTheBuiltGpt) {
+  for (const char* yaml :
+       {"model: {name: gpt, vocab_size: 256, seq_len: 16, layers: 2, heads: 4, width: 32}",
+        "model: {name: gpt, vocab_size: 300, seq_len: 24, layers: 3, heads: 2, width: 16, "
+        "mlp_ratio: 2, tied_embeddings: false}"}) {
+    Config config = Config::parse(yaml, "<test>");
+    auto section = config.section("model");
+    const model::GptOptions g = model::read_gpt_options(section, 1);
+    model::ModelContext ctx;
+    auto built = model::build_model(section, ctx);
+    const TransformerShape shape{g.layers,     g.width,     g.seq_len,
+                                 g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    const double n = transformer_non_embedding_parameters(shape);
+    EXPECT_DOUBLE_EQ(n + transformer_embedding_parameters(shape),
+                     static_cast<double>(built->logical_parameter_count()))
+        << yaml;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.seq_len) *
+                         transformer_forward_flops_per_token(n, g.layers, g.seq_len, g.width),
+                     built->forward_flops_per_sample())
+        << yaml;
+  }
+}
+
+TEST(PlanFlops, MlpMatchesAHandCount) {
+  Config config = Config::parse(
+      "model: {name: mlp, in_features: 784, hidden: [256, 128, 100], num_classes: 10}", "<test>");
+  auto section = config.section("model");
+  model::ModelContext ctx;
+  auto mlp = model::build_model(section, ctx);
+  // Multiply-adds (2 FLOPs each) of 784-256-128-100-10 plus one add per bias.
+  const double weights = 784.0 * 256 + 256.0 * 128 + 128.0 * 100 + 100.0 * 10;
+  const double biases = 256 + 128 + 100 + 10;
+  EXPECT_DOUBLE_EQ(mlp->forward_flops_per_sample(), 2 * weights + biases);  // 495,038
+  EXPECT_EQ(mlp->logical_parameter_count(), static_cast<std::int64_t>(weights + biases));
+
+  PlanInputs in;
+  in.model_name = "mlp";
+  in.parameters = weights + biases;
+  in.forward_flops_per_sample = mlp->forward_flops_per_sample();
+  in.train_samples = 60000;
+  const ComputePlan plan = make_plan(in);
+  EXPECT_DOUBLE_EQ(plan.train_flops, 3 * 60000 * (2 * weights + biases));
+  // Adam: 4 bytes of weight + 8 of state per parameter.
+  EXPECT_DOUBLE_EQ(plan.checkpoint_bytes, 12 * (weights + biases));
+}
+
+
+}  // namespace
+}  // namespace hpctrain::plan
