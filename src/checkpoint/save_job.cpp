@@ -18,11 +18,11 @@
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/checkpoint/retention.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "hpctrain/comm/control_plane.hpp"
 #include "slab_io.hpp"
 
 namespace hpctrain::checkpoint::detail {

@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
-#include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/parallel/tensor_parallel_ops.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"

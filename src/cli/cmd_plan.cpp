@@ -15,11 +15,11 @@
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/train/train_config.hpp"
 
 namespace hpctrain::cli {
@@ -100,7 +100,7 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     // (tests/unit/plan checks the count against the built model).
     const model::GptOptions g = model::read_gpt_options(model_section, tp);
     const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
-                                        g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+                                       g.vocab_size, g.mlp_ratio, g.tied_embeddings};
     in.task = "language_model";
     in.non_embedding_parameters = plan::transformer_non_embedding_parameters(shape);
     in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(shape);
@@ -171,7 +171,7 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
   }
   // The trainer runs whole steps of one global batch; an epoch drops the remainder.
   in.steps = plan::planned_steps(static_cast<std::int64_t>(in.samples_per_epoch), in.global_batch,
-                                  static_cast<std::int64_t>(in.epochs), tc.run.max_steps);
+                                 static_cast<std::int64_t>(in.epochs), tc.run.max_steps);
   if (in.steps < 1) {
     throw ConfigError(str("an epoch of ", in.samples_per_epoch,
                           " samples does not fill one step of ", in.global_batch,

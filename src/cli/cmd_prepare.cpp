@@ -1,13 +1,12 @@
 // hpctrain prepare fashion-mnist | text: converts public data into dataset files (docs/DATA.md).
 // Under mpirun only world rank 0 writes; the others wait for it without a watched collective.
 
-
 #include <chrono>
 #include <thread>
 
 #include "command.hpp"
-#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/prepare.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/runtime.hpp"

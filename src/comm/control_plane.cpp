@@ -129,8 +129,7 @@ void ControlPlane::reduce(std::vector<int>& values, ReduceOp op) {
   if (op == ReduceOp::kAvg) {
     throw CommError("control plane: avg of integers cannot be represented exactly; sum instead");
   }
-  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_INT, op, comm_,
-                  name_);
+  reduce_in_place(values.data(), checked_count(values.size(), "reduce"), MPI_INT, op, comm_, name_);
 }
 
 std::vector<std::int64_t> ControlPlane::all_gather(std::int64_t value) {
@@ -154,8 +153,8 @@ std::string ControlPlane::broadcast(const std::string& text, int root) {
   std::string out = text;
   out.resize(static_cast<std::size_t>(length));
   if (length > 0) {
-    HPCTRAIN_MPI_CHECK(MPI_Bcast(out.data(), checked_count(out.size(), "broadcast"), MPI_CHAR,
-                                 root, comm_));
+    HPCTRAIN_MPI_CHECK(
+        MPI_Bcast(out.data(), checked_count(out.size(), "broadcast"), MPI_CHAR, root, comm_));
   }
   return out;
 }
@@ -199,8 +198,8 @@ void ControlPlane::send_text(int dest, int tag, const std::string& text) {
   std::int64_t length = static_cast<std::int64_t>(text.size());
   MPI_Request requests[2];
   HPCTRAIN_MPI_CHECK(MPI_Isend(&length, 1, MPI_INT64_T, dest, tag, comm_, &requests[0]));
-  HPCTRAIN_MPI_CHECK(MPI_Isend(text.data(), checked_count(text.size(), "send"), MPI_CHAR, dest,
-                               tag, comm_, &requests[1]));
+  HPCTRAIN_MPI_CHECK(MPI_Isend(text.data(), checked_count(text.size(), "send"), MPI_CHAR, dest, tag,
+                               comm_, &requests[1]));
   wait_idle(requests, 2, 2000);
 }
 

@@ -102,7 +102,8 @@ MPI_Datatype mpi_datatype(c10::ScalarType dtype) {
 }
 
 void MpiCommunicator::plain_mpi_all_reduce(torch::Tensor& tensor, ReduceOp op) {
-  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(), static_cast<int>(tensor.numel()),
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, tensor.data_ptr(),
+                                   static_cast<int>(tensor.numel()),
                                    mpi_datatype(tensor.scalar_type()), mpi_op(op), comm_));
 }
 

@@ -1,4 +1,5 @@
 #include "hpctrain/comm/reduce_op.hpp"
+
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 

@@ -11,9 +11,11 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
     : sampler_(sampler), state_(start), end_step_(end_step), micro_batches_(micro_batches) {
   // Validate the slice and the state here, in the caller's thread, so a mismatch is reported
   // before any batch is read ahead.
-  const auto slice_size = TrainSampler::rank_slice(
-      std::vector<std::int64_t>(static_cast<std::size_t>(sampler.global_batch())), dp_rank,
-      dp_size).size();
+  const auto slice_size =
+      TrainSampler::rank_slice(
+          std::vector<std::int64_t>(static_cast<std::size_t>(sampler.global_batch())), dp_rank,
+          dp_size)
+          .size();
   if (micro_batches < 1 || slice_size % static_cast<std::size_t>(micro_batches) != 0) {
     throw DataError(str("a rank's slice of ", slice_size, " samples does not split into ",
                         micro_batches, " micro-batches (internal error)"));
@@ -25,8 +27,7 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
   // The producer owns its own sampler copy and state, running ahead of state_; both advance
   // deterministically, so they describe the same stream.
   auto producer = [&dataset, sampler, state = start, dp_rank, dp_size, end_step, micro_batches,
-                   micro, slice = std::vector<std::int64_t>()](std::int64_t i,
-                                                               Batch& out) mutable {
+                   micro, slice = std::vector<std::int64_t>()](std::int64_t i, Batch& out) mutable {
     const int k = static_cast<int>(i % micro_batches);
     if (k == 0) {
       if (end_step >= 0 && state.global_step >= end_step) return false;
@@ -36,7 +37,8 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
       out = dataset.read(slice);
     } else {
       const auto first = slice.begin() + static_cast<std::ptrdiff_t>(k * micro);
-      out = dataset.read(std::vector<std::int64_t>(first, first + static_cast<std::ptrdiff_t>(micro)));
+      out = dataset.read(
+          std::vector<std::int64_t>(first, first + static_cast<std::ptrdiff_t>(micro)));
     }
     return true;
   };

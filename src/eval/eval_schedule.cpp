@@ -77,9 +77,9 @@ bool EvalSchedule::due(std::int64_t step, std::int64_t total_steps) const {
 bool EvalSchedule::record(const EvalResult& result, std::int64_t step) {
   if (progress_.interrupted_step == step) progress_.interrupted_step = -1;
   const double value = result.metric(metric_name(metric_));
-  const bool improved = progress_.best_step < 0 || (higher_is_better(metric_)
-                                                        ? value > progress_.best_metric
-                                                        : value < progress_.best_metric);
+  const bool improved =
+      progress_.best_step < 0 ||
+      (higher_is_better(metric_) ? value > progress_.best_metric : value < progress_.best_metric);
   if (improved) {
     progress_.best_metric = value;
     progress_.best_step = step;

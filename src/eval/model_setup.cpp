@@ -29,13 +29,12 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
   }
   if (info.num_samples < 1) throw DataError(str(key, " = ", info.path, " holds no samples"));
   if (task == "language_model" && info.vocab_size > vocab_size) {
-    throw DataError(
-        training ? str(info.path, " has a vocabulary of ", info.vocab_size,
-                       " tokens but model.vocab_size = ", vocab_size,
-                       ": set model.vocab_size >= ", info.vocab_size)
-                 : str(key, " = ", info.path, " has a vocabulary of ", info.vocab_size,
-                       " tokens but the checkpoint's model.vocab_size is ", vocab_size,
-                       ": evaluate it on data made with its tokenizer"));
+    throw DataError(training ? str(info.path, " has a vocabulary of ", info.vocab_size,
+                                   " tokens but model.vocab_size = ", vocab_size,
+                                   ": set model.vocab_size >= ", info.vocab_size)
+                             : str(key, " = ", info.path, " has a vocabulary of ", info.vocab_size,
+                                   " tokens but the checkpoint's model.vocab_size is ", vocab_size,
+                                   ": evaluate it on data made with its tokenizer"));
   }
   // One sample through the forward pass (every rank of a tp group alike: tensor-parallel layers
   // communicate inside it).
@@ -47,8 +46,8 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
     data::Batch one = dataset.read_range(0, 1);
     outputs = model.forward(one.inputs.to(model.parameters().front().device()));
   } catch (const c10::Error& e) {
-    throw DataError(str(key, " = ", info.path, ": samples of shape ", shape, " do not fit ",
-                        whose, " (", e.what_without_backtrace(), "); ",
+    throw DataError(str(key, " = ", info.path, ": samples of shape ", shape, " do not fit ", whose,
+                        " (", e.what_without_backtrace(), "); ",
                         training ? "check the model section (e.g. model.in_features, "
                                    "model.input_shape)"
                                  : "evaluate it on data shaped like its training data"));

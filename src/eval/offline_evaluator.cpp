@@ -8,9 +8,9 @@
 #include <thread>
 
 #include "checkpoint_plan.hpp"
-#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/batch_size_search.hpp"
 #include "hpctrain/eval/evaluator.hpp"

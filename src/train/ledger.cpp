@@ -17,8 +17,8 @@ std::int64_t peak_rss_bytes() {
 
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& f,
                                     comm::ControlPlane& world) {
-  std::vector<double> p{mine.forward,   mine.backward,  mine.optimizer,
-                        mine.comm_wait, mine.data_wait, mine.eval,
+  std::vector<double> p{mine.forward,    mine.backward,   mine.optimizer,
+                        mine.comm_wait,  mine.data_wait,  mine.eval,
                         mine.checkpoint, mine.train_wall, mine.total_wall};
   world.reduce(p, comm::ReduceOp::kSum);
   const std::vector<std::int64_t> peaks = world.all_gather(peak_rss_bytes());

@@ -9,7 +9,8 @@ namespace hpctrain::train {
 LrSchedule LrSchedule::from(ConfigSection& s) {
   LrSchedule l;
   l.kind = s.get_choice<Kind>(
-      "name", l.kind, {{"constant", Kind::kConstant}, {"cosine", Kind::kCosine}, {"step", Kind::kStep}});
+      "name", l.kind,
+      {{"constant", Kind::kConstant}, {"cosine", Kind::kCosine}, {"step", Kind::kStep}});
   l.warmup_steps = s.get<std::int64_t>("warmup_steps", l.warmup_steps);
   l.min_lr = s.get<double>("min_lr", l.min_lr);
   l.step_size = s.get<std::int64_t>("step_size", l.step_size);

@@ -98,9 +98,10 @@ bool fusable(const torch::Tensor& t) {
 
 OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   OptimizerConfig c;
-  c.kind = s.get_choice<OptimizerKind>(
-      "name", c.kind,
-      {{"sgd", OptimizerKind::kSgd}, {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
+  c.kind = s.get_choice<OptimizerKind>("name", c.kind,
+                                       {{"sgd", OptimizerKind::kSgd},
+                                        {"adam", OptimizerKind::kAdam},
+                                        {"adamw", OptimizerKind::kAdamW}});
   c.lr = s.get<double>("lr", c.lr);
   c.momentum = s.get<double>("momentum", c.momentum);
   c.nesterov = s.get<bool>("nesterov", c.nesterov);

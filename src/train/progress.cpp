@@ -28,8 +28,8 @@ bool output_is_terminal() {
 
 }  // namespace
 
-RunLog::RunLog(bool active, const std::string& run_dir, ProgressMode mode,
-               std::int64_t total_steps, bool fresh)
+RunLog::RunLog(bool active, const std::string& run_dir, ProgressMode mode, std::int64_t total_steps,
+               bool fresh)
     : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   live_ = mode == ProgressMode::kLive || (mode == ProgressMode::kAuto && output_is_terminal());

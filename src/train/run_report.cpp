@@ -89,16 +89,16 @@ void RunReport::finish_completed(std::int64_t step, const LedgerFacts& facts,
                   {"train_per_sample", 3.0 * facts.forward_flops_per_sample},
                   {"train_total", 3.0 * facts.forward_flops_per_sample *
                                       static_cast<double>(facts.samples_trained)}};
-    j["reconstructed"] = str(
-        "the job that trained this run ended after its final checkpoint (step ", step,
-        ") and before writing this ledger; it was rebuilt from that checkpoint by a restart, "
-        "without the run's timings");
+    j["reconstructed"] =
+        str("the job that trained this run ended after its final checkpoint (step ", step,
+            ") and before writing this ledger; it was rebuilt from that checkpoint by a restart, "
+            "without the run's timings");
     const std::string problem = write_atomically(run_dir_ + "/ledger.json", j.dump(2) + "\n");
     if (!problem.empty()) log::warn(str("ledger not reconstructed: ", problem));
   }
   if (!std::filesystem::exists(marker_path(run_dir_), ec)) {
-    log::info(str("writing the completion marker the run's last job did not write (step ", step,
-                  ")"));
+    log::info(
+        str("writing the completion marker the run's last job did not write (step ", step, ")"));
     write_marker(step, "completed", last_checkpoint);
   }
 }

@@ -20,8 +20,8 @@ class RunReport {
  public:
   /// `rank0`: this rank writes. `fresh`: the run starts at step 0 (metrics.jsonl starts anew).
   /// Local.
-  RunReport(bool rank0, const std::string& run_dir, ProgressMode progress,
-            std::int64_t total_steps, bool fresh);
+  RunReport(bool rank0, const std::string& run_dir, ProgressMode progress, std::int64_t total_steps,
+            bool fresh);
 
   RunLog& log() { return log_; }
 

@@ -20,8 +20,8 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
-#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -50,11 +50,11 @@ double seconds_since(Clock::time_point t) {
 
 nlohmann::json TrainerState::to_json() const {
   nlohmann::json j{{"step", step},
-          {"epoch", sampler.epoch},
-          {"offset_in_epoch", sampler.offset_in_epoch},
-          {"global_step", sampler.global_step},
-          {"consumed_samples", sampler.consumed_samples},
-          {"skipped_steps", skipped_steps}};
+                   {"epoch", sampler.epoch},
+                   {"offset_in_epoch", sampler.offset_in_epoch},
+                   {"global_step", sampler.global_step},
+                   {"consumed_samples", sampler.consumed_samples},
+                   {"skipped_steps", skipped_steps}};
   eval.to_json(j);
   return j;
 }
@@ -187,12 +187,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   for (const auto& e : m.flat->entries()) {
     if (m.model->shard_info(e.name).split_dim < 0) replicated.push_back(e.param);
   }
-  m.finalizer = std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp,
-                                                              std::move(replicated));
+  m.finalizer =
+      std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp, std::move(replicated));
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
-  m.steps = std::make_unique<StepRunner>(StepRunner::Parts{
-      *m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, m.env, cfg, m.device,
-      [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
+  m.steps = std::make_unique<StepRunner>(
+      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, m.env, cfg,
+                        m.device, [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
   const eval::Metric metric = cfg.eval.metric_for(m.model->task());
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
@@ -204,8 +204,8 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   m.resume(resume);
   m.saves = std::make_unique<checkpoint::CheckpointSchedule>(
       cfg.checkpoint, m.resumed_from.empty() ? -1 : m.state.step);
-  m.evals = std::make_unique<eval::EvalSchedule>(cfg.eval, m.val_data != nullptr, metric,
-                                                 m.state.eval);
+  m.evals =
+      std::make_unique<eval::EvalSchedule>(cfg.eval, m.val_data != nullptr, metric, m.state.eval);
 }
 
 void Trainer::Impl::resume(const std::string& resume) {
@@ -378,10 +378,9 @@ TrainOutcome Trainer::run() {
   report.clear_completion();  // more steps to come
 
   const std::int64_t first_step = m.state.step;
-  data::TrainLoader loader(*m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(),
-                           grid.dp_size(), cfg.data.prefetch,
-                           m.state.sampler.global_step + (m.total_steps - first_step),
-                           cfg.optim.grad_accumulation);
+  data::TrainLoader loader(
+      *m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(), grid.dp_size(), cfg.data.prefetch,
+      m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation);
   Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, *m.env.control.world);
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;
@@ -397,8 +396,8 @@ TrainOutcome Trainer::run() {
     if (m.metric_step == m.state.step) m.save(m.state.step, checkpoint::SaveReason::kStop);
     if (stop_agreement.signal() != 0) {
       // Interrupted again: the checkpoint of this step still owes the evaluation.
-      outcome.reason = str(runtime::signal_name(stop_agreement.signal()),
-                           " received: saved, requeue to resume");
+      outcome.reason =
+          str(runtime::signal_name(stop_agreement.signal()), " received: saved, requeue to resume");
       outcome.exit_code = kExitRequeue;
       stop = true;
     }
@@ -455,8 +454,8 @@ TrainOutcome Trainer::run() {
     const comm::StopRequest agreed = stop_agreement.agree(local);
     bool requeue = false;
     if (stop_agreement.signal() != 0) {
-      outcome.reason = str(runtime::signal_name(stop_agreement.signal()),
-                           " received: saved, requeue to resume");
+      outcome.reason =
+          str(runtime::signal_name(stop_agreement.signal()), " received: saved, requeue to resume");
       requeue = true;
     } else if (agreed.deadline) {
       outcome.reason = str("time limit (", deadline.source(), "): saved, requeue to resume");

@@ -1,6 +1,6 @@
 #pragma once
-// Checkpoints that survive preemption (docs/ARCHITECTURE.md, invariants 3 and 4): the whole public API of the
-// checkpoint layer. Format and commit protocol: docs/CHECKPOINTS.md.
+// Checkpoints that survive preemption (docs/ARCHITECTURE.md, invariants 3 and 4): the whole public
+// API of the checkpoint layer. Format and commit protocol: docs/CHECKPOINTS.md.
 //   checkpoint_manager.hpp  CheckpointManager: save (background), wait, resolve, load
 //   manifest.hpp            directory names, tensor locations, manifest and checksums
 //   verify.hpp              verify, list_checkpoints, read_latest

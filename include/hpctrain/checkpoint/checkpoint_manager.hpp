@@ -1,8 +1,8 @@
 #pragma once
-// Saving and loading checkpoints across the process grid (docs/ARCHITECTURE.md, invariants 3 and 4). A
-// checkpoint is a directory <run_dir>/checkpoints/step_<N>/ holding HDF5 files of logical tensors
-// (PyTorch state_dict names; tensor-parallel ranks write their hyperslabs), every rank's RNG
-// state, the run's config, and a manifest.json written last with the trainer state and each
+// Saving and loading checkpoints across the process grid (docs/ARCHITECTURE.md, invariants 3 and
+// 4). A checkpoint is a directory <run_dir>/checkpoints/step_<N>/ holding HDF5 files of logical
+// tensors (PyTorch state_dict names; tensor-parallel ranks write their hyperslabs), every rank's
+// RNG state, the run's config, and a manifest.json written last with the trainer state and each
 // file's size and xxh3 checksum. It is written to step_<N>.tmp-<unique>/, fsynced, renamed into
 // place, and only then named by the `latest` pointer (replaced atomically).
 // Format and protocol: docs/CHECKPOINTS.md.
@@ -93,8 +93,7 @@ class CheckpointManager {
   /// Checkpoint traffic (decisions, agreements, the writers' messages) runs on private control
   /// channels over the grid's world and tp groups (duplicated by the first collective call),
   /// never on the training communicators (which may be NCCL).
-  CheckpointManager(std::string run_dir, const runtime::ProcessGrid& grid,
-                    ManagerOptions options);
+  CheckpointManager(std::string run_dir, const runtime::ProcessGrid& grid, ManagerOptions options);
   /// Waits for a background write (errors are logged, not thrown) and frees the duplicated
   /// communicators. Local.
   ~CheckpointManager();

@@ -1,8 +1,9 @@
 #pragma once
 // The Communicator interface: the data plane. Collectives on model tensors on the run's device over
-// one process group. Backends: MPI (CPU tensors) and NCCL (CUDA tensors). Host values (flags, metric
-// sums, norms, text) never travel here: they go through the control plane (control_plane.hpp). Every method is collective over the group: all of its
-// ranks must call the same operations in the same order with matching shapes and dtypes.
+// one process group. Backends: MPI (CPU tensors) and NCCL (CUDA tensors). Host values (flags,
+// metric sums, norms, text) never travel here: they go through the control plane
+// (control_plane.hpp). Every method is collective over the group: all of its ranks must call the
+// same operations in the same order with matching shapes and dtypes.
 
 #include <torch/torch.h>
 

@@ -1,9 +1,9 @@
 #pragma once
-// The global sample stream (docs/ARCHITECTURE.md, invariant 1): for epoch e the order is a permutation seeded
-// by (seed, e), or 0..N-1 without shuffle. Global step s takes the next global batch of that
-// order; data-parallel rank r takes its contiguous slice [r*b, (r+1)*b) of it. The stream depends
-// on (seed, epoch, position) only, never on the world size, and the state below is all a resume
-// needs, even at a different data-parallel size.
+// The global sample stream (docs/ARCHITECTURE.md, invariant 1): for epoch e the order is a
+// permutation seeded by (seed, e), or 0..N-1 without shuffle. Global step s takes the next global
+// batch of that order; data-parallel rank r takes its contiguous slice [r*b, (r+1)*b) of it. The
+// stream depends on (seed, epoch, position) only, never on the world size, and the state below is
+// all a resume needs, even at a different data-parallel size.
 //
 // The permutation is a Fisher-Yates shuffle driven by xoshiro256** seeded through splitmix64,
 // with Lemire's unbiased bounded integers: fixed integer arithmetic, identical on every platform

@@ -1,11 +1,11 @@
 #pragma once
-// Exact distributed evaluation (docs/ARCHITECTURE.md, invariant 5). The evaluation set is cut into canonical
-// batches [i*B, (i+1)*B) that do not depend on the world size; data-parallel rank r evaluates a
-// contiguous block of them (every sample exactly once, no padding, uneven counts allowed). Each
-// batch's loss sum, correct count and sample count land in their own slot of a per-batch table
-// that is all-reduced (every slot has exactly one non-zero contributor, so the sum is exact) and
-// then summed in batch order in double precision. The same weights therefore give bit-identical
-// metrics on 1, 2 or 64 ranks, and offline evaluation reproduces the periodic one.
+// Exact distributed evaluation (docs/ARCHITECTURE.md, invariant 5). The evaluation set is cut into
+// canonical batches [i*B, (i+1)*B) that do not depend on the world size; data-parallel rank r
+// evaluates a contiguous block of them (every sample exactly once, no padding, uneven counts
+// allowed). Each batch's loss sum, correct count and sample count land in their own slot of a
+// per-batch table that is all-reduced (every slot has exactly one non-zero contributor, so the sum
+// is exact) and then summed in batch order in double precision. The same weights therefore give
+// bit-identical metrics on 1, 2 or 64 ranks, and offline evaluation reproduces the periodic one.
 
 #include <cstdint>
 #include <functional>
@@ -30,8 +30,8 @@ namespace hpctrain::eval {
 struct EvalOptions {
   /// Canonical batch size (metrics are exact for a given one).
   std::int64_t batch_size = EvalConfig::kDefaultBatchSize;
-  bool bf16 = false;               ///< bfloat16 autocast for the forward pass
-  std::int64_t max_samples = 0;    ///< evaluate only the first max_samples (0 = all)
+  bool bf16 = false;             ///< bfloat16 autocast for the forward pass
+  std::int64_t max_samples = 0;  ///< evaluate only the first max_samples (0 = all)
   /// Batches read ahead by a background thread (0: read inline). Metrics do not depend on it.
   int prefetch = 0;
   /// Called before every batch slot (also on ranks with no batch left) with a flag this rank

@@ -51,9 +51,9 @@ class RunConfig {
   const EvalConfig& eval() const { return eval_; }
   std::int64_t eval_batch_size() const { return eval_.batch_size; }    ///< eval.batch_size
   std::int64_t eval_max_samples() const { return eval_.max_samples; }  ///< eval.max_samples
-  const std::string& precision() const { return precision_; }  ///< run.precision
-  std::int64_t seq_len() const { return seq_len_; }            ///< model.seq_len (0: none)
-  std::int64_t vocab_size() const { return vocab_size_; }      ///< model.vocab_size (0: none)
+  const std::string& precision() const { return precision_; }          ///< run.precision
+  std::int64_t seq_len() const { return seq_len_; }                    ///< model.seq_len (0: none)
+  std::int64_t vocab_size() const { return vocab_size_; }  ///< model.vocab_size (0: none)
   const std::string& model_name() const { return model_name_; }
   const std::string& origin() const { return origin_; }
 

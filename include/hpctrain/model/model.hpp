@@ -35,7 +35,8 @@ struct ShardInfo {
 };
 
 /// Loss of one batch. `loss` (mean over the samples or tokens of this rank's batch) is what
-/// backward runs on; the sums are what distributed metrics reduce (docs/ARCHITECTURE.md, invariant 5).
+/// backward runs on; the sums are what distributed metrics reduce (docs/ARCHITECTURE.md, invariant
+/// 5).
 struct LossOutput {
   torch::Tensor loss;        ///< scalar, differentiable
   double loss_sum = 0;       ///< sum of per-sample (per-token) losses

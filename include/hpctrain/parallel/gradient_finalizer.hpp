@@ -5,8 +5,8 @@
 //      backward did not: unused parameters, overlap off), so every dp rank holds the average;
 //   2. average the gradients of parameters replicated across the tensor-parallel group (norms,
 //      biases of row-parallel layers, position embeddings): they are mathematically identical on
-//      every tp rank, and averaging keeps the replicas bit-identical even when the ranks' reductions
-//      round differently.
+//      every tp rank, and averaging keeps the replicas bit-identical even when the ranks'
+//      reductions round differently.
 // Sharded parameters need nothing more: each tp rank owns a disjoint piece of the logical gradient.
 
 #include <torch/torch.h>

@@ -11,9 +11,9 @@ class ConfigSection;
 namespace hpctrain::parallel {
 
 struct ParallelConfig {
-  int tp = 1;              ///< parallel.tp: tensor-parallel group size (divides the world size)
-  double bucket_mb = 25;   ///< parallel.bucket_mb: gradient bucket size in MiB; 0 = one per param
-  bool overlap = true;     ///< parallel.overlap: all-reduce buckets during backward
+  int tp = 1;             ///< parallel.tp: tensor-parallel group size (divides the world size)
+  double bucket_mb = 25;  ///< parallel.bucket_mb: gradient bucket size in MiB; 0 = one per param
+  bool overlap = true;    ///< parallel.overlap: all-reduce buckets during backward
 
   /// Bucket size in bytes. Local.
   long long bucket_bytes() const { return static_cast<long long>(bucket_mb * 1024 * 1024); }

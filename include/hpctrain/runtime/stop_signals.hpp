@@ -1,7 +1,8 @@
 #pragma once
 // Stop requests from the scheduler: SIGUSR1 (Slurm's --signal), SIGTERM (preemption, scancel) and
 // SIGINT only set a flag here (async-signal-safe). The trainer combines the flag across all ranks
-// at a step boundary and then every rank saves and exits together (docs/ARCHITECTURE.md, invariant 2).
+// at a step boundary and then every rank saves and exits together (docs/ARCHITECTURE.md, invariant
+// 2).
 
 namespace hpctrain::runtime {
 

@@ -32,8 +32,8 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
-  double grad_clip = 0.0;             ///< global-norm clipping threshold; 0 = off
-  int grad_accumulation = 1;          ///< micro-batches per optimizer step
+  double grad_clip = 0.0;     ///< global-norm clipping threshold; 0 = off
+  int grad_accumulation = 1;  ///< micro-batches per optimizer step
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  ///< optim.on_nonfinite: stop | skip
   /// Reads and validates the section; throws ConfigError naming the key. Local.
   static OptimizerConfig from(ConfigSection& section);

@@ -31,9 +31,9 @@ struct RunSection {
   std::string dir;  ///< run.dir: run directory (config.yaml, metrics.jsonl, checkpoints/ ...)
   std::uint64_t seed = 1234;
   std::int64_t epochs = 1;
-  std::int64_t max_steps = 0;  ///< 0: run.epochs decides; otherwise stop at the smaller
+  std::int64_t max_steps = 0;              ///< 0: run.epochs decides; otherwise stop at the smaller
   Precision precision = Precision::kFp32;  ///< run.precision: fp32 | bf16
-  double time_limit_s = 0;   ///< run.time_limit (a duration): 0 = none; else save and stop before
+  double time_limit_s = 0;    ///< run.time_limit (a duration): 0 = none; else save and stop before
   double time_margin_s = 60;  ///< run.time_margin_s: safety margin added to the measured save time
 };
 
@@ -43,10 +43,10 @@ struct LoggingSection {
 };
 
 struct DebugSection {
-  std::int64_t nan_step = -1;   ///< inject a NaN loss at this step (tests)
-  int nan_rank = 0;             ///< ... on this world rank
-  std::int64_t stop_step = -1;  ///< request a stop (as SIGUSR1 would) at this step (tests)
-  int stop_rank = -1;           ///< ... on this world rank only (-1: every rank)
+  std::int64_t nan_step = -1;        ///< inject a NaN loss at this step (tests)
+  int nan_rank = 0;                  ///< ... on this world rank
+  std::int64_t stop_step = -1;       ///< request a stop (as SIGUSR1 would) at this step (tests)
+  int stop_rank = -1;                ///< ... on this world rank only (-1: every rank)
   std::int64_t stop_eval_step = -1;  ///< request a stop when the evaluation of this step starts
 };
 

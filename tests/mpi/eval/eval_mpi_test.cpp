@@ -244,7 +244,8 @@ TEST(OfflineEvaluator, EvaluatesASavedCheckpointExactlyOnce) {
   OfflineOptions offline;
   offline.prefetch = 1;
   {
-    OfflineEvaluator evaluator(comm::Environment{rt(), world.grid, world.cpu, world.comms}, offline);
+    OfflineEvaluator evaluator(comm::Environment{rt(), world.grid, world.cpu, world.comms},
+                               offline);
     EXPECT_EQ(evaluator.evaluate_checkpoint(run), 0);
     EXPECT_EQ(evaluator.evaluate_run(run), 0);  // already evaluated: nothing new
   }

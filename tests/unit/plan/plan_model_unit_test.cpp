@@ -57,6 +57,5 @@ TEST(PlanFlops, MlpMatchesAHandCount) {
   EXPECT_DOUBLE_EQ(plan.checkpoint_bytes, 12 * (weights + biases));
 }
 
-
 }  // namespace
 }  // namespace hpctrain::plan

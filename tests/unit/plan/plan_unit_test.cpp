@@ -7,8 +7,8 @@
 
 #include <cmath>
 
-#include "hpctrain/runtime/error.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/runtime/error.hpp"
 
 namespace hpctrain::plan {
 namespace {
