@@ -134,8 +134,8 @@ check_node() {
 # alive PIDFILE NAME: the pid in PIDFILE is a running process whose command is NAME.
 alive() {
   local pid comm
-  [[ -s $1 ]] || return 1
-  pid=$(<"$1")
+  # The daemon removes its pid file as it exits: a read that fails is "not alive", not an error.
+  pid=$(cat "$1" 2>/dev/null) || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
   [[ $comm == "$2" ]]
@@ -145,7 +145,7 @@ alive() {
 stop_pid() {
   local pidfile=$1 name=$2 pid i
   alive "$pidfile" "$name" || return 0
-  pid=$(<"$pidfile")
+  pid=$(cat "$pidfile" 2>/dev/null) || return 0
   kill -TERM "$pid" 2>/dev/null || return 0
   for ((i = 0; i < 100; i++)); do
     alive "$pidfile" "$name" || return 0
@@ -244,10 +244,7 @@ kill_ns_processes() {
 # other_slurm: prints the first slurmctld or slurmd on the machine that is not this instance's.
 other_slurm() {
   local p cmdline mine=" "
-  [[ -s $dir/slurmctld.pid ]] && mine+="$(<"$dir/slurmctld.pid") "
-  for p in "$dir"/slurmd-*.pid; do
-    [[ -s $p ]] && mine+="$(<"$p") "
-  done
+  mine+="$(cat "$dir/slurmctld.pid" "$dir"/slurmd-*.pid 2>/dev/null | tr '\n' ' ') "
   for p in $(pgrep -x slurmctld) $(pgrep -x slurmd); do
     [[ $mine == *" $p "* ]] && continue
     cmdline=$(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null) || continue
@@ -552,7 +549,7 @@ do_stop() {
 
 do_status() {
   if [[ -f $conf ]] && running && controller_up; then
-    echo "slurm-cluster: running ($dir, $nodes nodes, slurmctld pid $(<"$dir/slurmctld.pid"))"
+    echo "slurm-cluster: running ($dir, $nodes nodes, slurmctld pid $(cat "$dir/slurmctld.pid" 2>/dev/null))"
     print_env
     timeout 10 sinfo -N || true
     timeout 10 squeue || true
