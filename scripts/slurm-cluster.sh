@@ -454,17 +454,20 @@ do_start() {
     command -v "$c" >/dev/null 2>&1 || die "'$c' not found: run scripts/setup.sh (Debian packages slurm-wlm, munge, iproute2, util-linux)"
   done
   take_lock
-  if [[ -f $conf ]] && running && controller_up; then
-    local have
-    have=$(<"$dir/nodes")
-    if ((nodes_given && have != nodes)); then
-      die "already running with $have nodes; 'stop' first to start with $nodes"
+  local asked=$nodes have=""
+  [[ -s $dir/nodes ]] && have=$(cat "$dir/nodes")
+  if [[ -n $have && -f $conf ]]; then
+    nodes=$have # whether the instance runs, by the node count it was started with
+    if running && controller_up; then
+      if ((nodes_given && have != asked)); then
+        die "already running with $have nodes; 'stop' first to start with $asked"
+      fi
+      log "already running ($dir, $nodes nodes)"
+      wait_idle
+      print_env
+      return 0
     fi
-    nodes=$have
-    log "already running ($dir, $nodes nodes)"
-    wait_idle
-    print_env
-    return 0
+    nodes=$asked
   fi
   if [[ -e $dir ]]; then
     is_ours || die "$dir exists and is not a slurm-cluster.sh state directory; choose another --dir"
