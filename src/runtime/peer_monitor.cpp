@@ -76,7 +76,7 @@ struct Link {
 };
 
 struct State {
-  std::mutex send_mutex;  // sends come from the monitor thread and from stop()/abort paths
+  std::timed_mutex send_mutex;  // sends come from the monitor thread and from stop()/abort paths
   std::thread thread;
   std::atomic<bool> running{false};
   int wake[2] = {-1, -1};
@@ -276,7 +276,7 @@ int accept_from(int listen_fd, int peer, double seconds, std::string& why) {
 
 void send_to_all(const Message& m, int except_fd = -1) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.send_mutex);
+  std::lock_guard<std::timed_mutex> lock(s.send_mutex);
   for (Link& link : s.links) {
     if (link.fd < 0 || link.fd == except_fd || link.finished) continue;
     send_message(link.fd, m, 0);
@@ -377,7 +377,7 @@ void monitor_loop() {
       if (link.fd < 0) continue;
       if (fds[i + 1].revents != 0 && !drain(link, now)) {
         if (!link.finished) lost(link.peer, s.world_rank, kClosed, 0);
-        std::lock_guard<std::mutex> lock(s.send_mutex);
+        std::lock_guard<std::timed_mutex> lock(s.send_mutex);
         close_fd(link.fd);
         continue;
       }
@@ -397,7 +397,7 @@ void monitor_loop() {
 
 void close_links() {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.send_mutex);
+  std::lock_guard<std::timed_mutex> lock(s.send_mutex);
   for (Link& link : s.links) close_fd(link.fd);
   s.links.clear();
   close_fd(s.wake[0]);
@@ -500,7 +500,7 @@ void PeerMonitor::stop() {
   bye.from = static_cast<std::uint32_t>(s.world_rank);
   bye.token = s.token;
   {
-    std::lock_guard<std::mutex> lock(s.send_mutex);
+    std::lock_guard<std::timed_mutex> lock(s.send_mutex);
     for (Link& link : s.links) {
       if (link.fd >= 0) send_message(link.fd, bye, 1000);
     }
@@ -521,7 +521,8 @@ void PeerMonitor::announce_abort() {
   m.type = kAbort;
   m.from = static_cast<std::uint32_t>(s.world_rank);
   m.token = s.token;
-  std::unique_lock<std::mutex> lock(s.send_mutex, std::try_to_lock);
+  // Wait a moment for a send of the monitor thread, never for long: abort_job must not hang.
+  std::unique_lock<std::timed_mutex> lock(s.send_mutex, std::chrono::milliseconds(100));
   if (!lock.owns_lock()) return;
   for (Link& link : s.links) {
     if (link.fd >= 0) send_message(link.fd, m, 0);
