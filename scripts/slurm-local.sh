@@ -5,7 +5,7 @@ set -euo pipefail
 
 usage() {
   cat <<EOF
-usage: scripts/slurm-local.sh start|stop|status|env [--dir DIR] [--timeout S]
+usage: scripts/slurm-local.sh start|stop|status|env [--dir DIR] [--timeout S] [--wait S]
 
 Brings up a real one-machine Slurm for tests and demos: munged (system socket), slurmctld and
 slurmd on $(hostname), configured by a generated slurm.conf in a state directory. Needs root
@@ -22,6 +22,8 @@ options:
   --dir DIR    state directory (default \$HPCTRAIN_SLURM_DIR, else /tmp/hpctrain-slurm): slurm.conf,
                pid files, logs (slurmctld.log, slurmd.log), spool, job completion log
   --timeout S  how long start waits for the node to become idle (default 60)
+  --wait S     how long start waits for another Slurm on this machine (scripts/slurm-cluster.sh,
+               another instance) to end before it refuses (default 0: refuse at once)
 
 environment:
   HPCTRAIN_SLURM_DIR         default state directory
@@ -49,12 +51,15 @@ cmd=${1:-}
 shift
 dir=${HPCTRAIN_SLURM_DIR:-/tmp/hpctrain-slurm}
 timeout_s=60
+wait_other_s=0
 while (($# > 0)); do
   case $1 in
     --dir) dir=${2:?--dir needs a value}; shift 2 ;;
     --dir=*) dir=${1#--dir=}; shift ;;
     --timeout) timeout_s=${2:?--timeout needs a value}; shift 2 ;;
     --timeout=*) timeout_s=${1#--timeout=}; shift ;;
+    --wait) wait_other_s=${2:?--wait needs a value}; shift 2 ;;
+    --wait=*) wait_other_s=${1#--wait=}; shift ;;
     -h | --help) usage; exit 0 ;;
     *) echo "slurm-local: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -284,11 +289,21 @@ do_start() {
     rm -rf "$dir"
   fi
   # One machine holds one instance: Slurm's ports (6817, 6818) are fixed in the configuration.
-  local other other_cmd
-  for other in $(pgrep -x slurmctld) $(pgrep -x slurmd); do
-    other_cmd=$(tr '\0' ' ' <"/proc/$other/cmdline" 2>/dev/null) || continue
-    [[ -n $other_cmd ]] || continue # exiting (a daemon's parent while it forks into the background)
-    die "another Slurm daemon runs (pid $other: $other_cmd); stop it first ('scripts/slurm-local.sh stop --dir DIR' where it is one this script started)"
+  local other other_cmd deadline=$((SECONDS + wait_other_s)) noted=0 busy
+  while true; do
+    busy=""
+    for other in $(pgrep -x slurmctld) $(pgrep -x slurmd); do
+      other_cmd=$(tr '\0' ' ' <"/proc/$other/cmdline" 2>/dev/null) || continue
+      [[ -n $other_cmd ]] || continue # exiting (a daemon's parent while it forks into the background)
+      busy="pid $other: $other_cmd"
+      break
+    done
+    [[ -z $busy ]] && break
+    ((SECONDS < deadline)) ||
+      die "another Slurm daemon runs ($busy); stop it first ('scripts/slurm-local.sh stop --dir DIR' where it is one this script started, 'scripts/slurm-cluster.sh stop' for the multi-node one)"
+    ((noted)) || log "another Slurm daemon runs ($busy); waiting up to ${wait_other_s}s for it to end"
+    noted=1
+    sleep 2
   done
   mkdir -p "$dir/state" "$dir/spool"
   chmod 0755 "$dir"

@@ -4,16 +4,21 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/nccl_communicator.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/runtime/log.hpp"
-#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "session.hpp"
@@ -53,6 +58,20 @@ int run_env(CommandContext& ctx) {
   auto range = [](const int* r) {
     return -r[0] == r[1] ? std::to_string(r[1]) : str(-r[0], "-", r[1]);
   };
+  // Where every rank runs: host, local rank and grid coordinates, gathered to rank 0.
+  struct Placement {
+    char host[64];
+    int local_rank, dp_rank, tp_rank;
+  };
+  Placement mine{};
+  std::snprintf(mine.host, sizeof(mine.host), "%s", rt.host().c_str());
+  mine.local_rank = rt.local_rank();
+  mine.dp_rank = session.grid->dp_rank();
+  mine.tp_rank = session.grid->tp_rank();
+  const std::vector<std::uint8_t> gathered =
+      session.control.world->gather_bytes(&mine, sizeof(Placement));
+  std::vector<Placement> all(gathered.size() / sizeof(Placement));
+  if (!all.empty()) std::memcpy(all.data(), gathered.data(), gathered.size());
 
   nlohmann::ordered_json j;
   j["hpctrain_version"] = HPCTRAIN_VERSION;
@@ -84,9 +103,38 @@ int run_env(CommandContext& ctx) {
   j["threads_source_rank0"] = session.device.threads_source;
   j["cores_visible_rank0"] = session.device.cores_visible;
   j["collective_timeout_s"] = ctx.global.collective_timeout;
+  j["peer_timeout_s"] = runtime::PeerMonitor::timeout();
+  j["peer_monitor"] = runtime::PeerMonitor::running() ? std::string("on")
+                      : rt.world_size() == 1          ? std::string("off (one rank)")
+                      : ctx.global.peer_timeout <= 0  ? std::string("off (--peer-timeout 0)")
+                                                     : "off: " + runtime::PeerMonitor::off_reason();
+  // "n1: 0,1; n2: 2,3": the world ranks of each host, in order of first appearance.
+  std::vector<std::pair<std::string, std::string>> hosts;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    auto it = std::find_if(hosts.begin(), hosts.end(),
+                           [&](const auto& h) { return h.first == all[r].host; });
+    if (it == hosts.end()) {
+      hosts.emplace_back(all[r].host, std::to_string(r));
+    } else {
+      it->second += "," + std::to_string(r);
+    }
+  }
+  std::string placement;
+  for (const auto& [host, ranks] : hosts)
+    placement += (placement.empty() ? "" : "; ") + host + ": " + ranks;
+  j["placement"] = placement;
 
   if (rt.world_rank() == 0) {
     if (g_env.json) {
+      nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        ranks.push_back({{"world_rank", r},
+                         {"host", all[r].host},
+                         {"local_rank", all[r].local_rank},
+                         {"dp_rank", all[r].dp_rank},
+                         {"tp_rank", all[r].tp_rank}});
+      }
+      j["ranks"] = ranks;
       std::cout << j.dump(2) << std::endl;
     } else {
       std::cout << "hpctrain environment\n";

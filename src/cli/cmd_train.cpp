@@ -1,15 +1,23 @@
 // hpctrain train: data-parallel (and tensor-parallel) training from a YAML config.
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "hpctrain/checkpoint/manifest.hpp"
+#include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/train_config.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "session.hpp"
 
@@ -20,17 +28,76 @@ struct TrainOptions {
   std::string config;
   std::vector<std::string> overrides;
   std::string resume = "auto";
+  bool keep_global_batch = false;
 };
 TrainOptions g_train;
+
+// The global batch recorded in the checkpoint a resume would start from (0: none, or a checkpoint
+// without the field). Local; reads one manifest.json, no checksums (the trainer verifies later).
+std::int64_t checkpoint_global_batch(const std::string& run_dir, const std::string& resume) {
+  std::optional<std::string> dir;
+  if (resume == "auto") {
+    dir = checkpoint::read_latest(run_dir);
+  } else if (resume != "none" && !resume.empty()) {
+    dir = std::filesystem::is_directory(resume) ? resume : run_dir + "/checkpoints/" + resume;
+  }
+  if (!dir) return 0;
+  std::ifstream in(*dir + "/" + checkpoint::kManifestFile);
+  if (!in) return 0;
+  auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object()) return 0;
+  auto state = manifest.value("trainer_state", nlohmann::json::object());
+  return state.is_object() ? state.value("global_batch", std::int64_t{0}) : 0;
+}
+
+// --keep-global-batch: resuming at another data-parallel size (a job that lost a node), keep the
+// checkpoint's global batch (data.batch_size x dp x optim.grad_accumulation) by changing the
+// accumulation, or else the per-rank batch, so the run continues with the same optimisation.
+// Collective over the world: rank 0 reads the manifest and broadcasts what it found.
+void keep_global_batch(CommandContext& ctx, Config& config, const std::string& default_dir,
+                       int tp) {
+  // A deep copy: reading records defaults, which must stay out of the real config's tree.
+  Config probe = Config::parse(config.dump(), config.origin());
+  const train::TrainConfig cfg = train::TrainConfig::from(probe, default_dir);
+  std::int64_t saved = 0;
+  if (ctx.runtime.world_rank() == 0) saved = checkpoint_global_batch(cfg.run.dir, g_train.resume);
+  // Only rank 0 read it (the others hold 0): the maximum is rank 0's value.
+  saved = comm::ControlPlane(ctx.runtime.world(), "world").reduce(saved, comm::ReduceOp::kMax);
+  if (saved <= 0) return;
+  const std::int64_t dp = ctx.runtime.world_size() / tp;
+  const std::int64_t batch = cfg.data.batch_size;
+  const std::int64_t now = batch * dp * cfg.optim.grad_accumulation;
+  if (now == saved) return;
+  if (saved % (batch * dp) == 0) {
+    const std::int64_t accumulation = saved / (batch * dp);
+    config.set(str("optim.grad_accumulation=", accumulation));
+    log::info(str("--keep-global-batch: optim.grad_accumulation = ", accumulation,
+                  ", so the global batch stays the checkpoint's ", saved, " (data.batch_size ",
+                  batch, " x dp ", dp, " x ", accumulation, "; it would be ", now, ")"));
+  } else if (saved % dp == 0) {
+    config.set(str("data.batch_size=", saved / dp));
+    config.set("optim.grad_accumulation=1");
+    log::info(str("--keep-global-batch: data.batch_size = ", saved / dp,
+                  " and optim.grad_accumulation = 1, so the global batch stays the checkpoint's ",
+                  saved, " at dp ", dp, " (it would be ", now, ")"));
+  } else {
+    throw ConfigError(str("--keep-global-batch: the checkpoint's global batch ", saved,
+                          " cannot be split over dp = ", dp,
+                          " data-parallel ranks; launch a number of ranks whose dp divides ", saved,
+                          ", or resume without --keep-global-batch (global batch ", now, ")"));
+  }
+}
 
 int run_train(CommandContext& ctx) {
   // Config, overrides and the grid shape are read and checked on every rank before any collective.
   Config config = Config::load(g_train.config);
   for (const auto& assignment : g_train.overrides) config.set(assignment);
   const int tp = parallel::ParallelConfig::of(config).tp;
+  runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
+  const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
+  if (g_train.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp);
   runtime::install_stop_signal_handlers();
   Session session = make_session(ctx, tp);
-  const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
   train::TrainOutcome outcome = trainer.run();
   session.control.world->barrier();
@@ -49,6 +116,10 @@ CommandRegistration reg(
       app.add_option("--resume", g_train.resume,
                      "auto (latest verified checkpoint of run.dir, if any), none, or a checkpoint "
                      "directory");
+      app.add_flag("--keep-global-batch", g_train.keep_global_batch,
+                   "Resuming at another data-parallel size (e.g. after losing a node), keep the "
+                   "checkpoint's global batch: set optim.grad_accumulation (or else "
+                   "data.batch_size) to make up for the ranks gained or lost");
     },
     run_train);
 

@@ -10,6 +10,7 @@
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
@@ -49,15 +50,13 @@ bool first_rank_by_environment() {
   return true;
 }
 
-double timeout_from_environment(double fallback) {
-  if (const char* value = std::getenv("HPCTRAIN_COLLECTIVE_TIMEOUT")) {
+double timeout_from_environment(const char* variable, double fallback) {
+  if (const char* value = std::getenv(variable)) {
     char* end = nullptr;
     double seconds = std::strtod(value, &end);
     if (end != value && *end == '\0' && seconds >= 0) return seconds;
-    std::fprintf(stderr,
-                 "[hpctrain] warning: ignoring HPCTRAIN_COLLECTIVE_TIMEOUT='%s' (not a "
-                 "number of seconds)\n",
-                 value);
+    std::fprintf(stderr, "[hpctrain] warning: ignoring %s='%s' (not a number of seconds)\n",
+                 variable, value);
   }
   return fallback;
 }
@@ -72,7 +71,9 @@ int run_main(int argc, char** argv) {
   app.fallthrough();
 
   GlobalOptions global;
-  global.collective_timeout = timeout_from_environment(global.collective_timeout);
+  global.collective_timeout =
+      timeout_from_environment("HPCTRAIN_COLLECTIVE_TIMEOUT", global.collective_timeout);
+  global.peer_timeout = timeout_from_environment("HPCTRAIN_PEER_TIMEOUT", global.peer_timeout);
   app.add_flag("-v,--verbose", global.verbosity, "More output (-v debug)");
   app.add_flag("-q,--quiet", global.quiet, "Only warnings and errors");
   app.add_flag("--log-all-ranks", global.log_all_ranks,
@@ -88,6 +89,11 @@ int run_main(int argc, char** argv) {
   app.add_option("--collective-timeout", global.collective_timeout,
                  "Seconds a collective may wait before the job is aborted as hung; 0 disables "
                  "(default 600, or HPCTRAIN_COLLECTIVE_TIMEOUT)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--peer-timeout", global.peer_timeout,
+                 "Seconds without a heartbeat before a neighbour rank counts as lost (its process "
+                 "or node died): every rank then ends with exit 5; 0 disables (default 20, or "
+                 "HPCTRAIN_PEER_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
 
   // Build the subcommand tree from the registry ("bench allreduce" nests under "bench").
@@ -142,6 +148,7 @@ int run_main(int argc, char** argv) {
 
   CommandContext ctx{rt, global};
   try {
+    runtime::PeerMonitor::start(rt, global.peer_timeout);
     return chosen->run(ctx);
   } catch (const Error& e) {
     log::error(e.what());

@@ -1,6 +1,7 @@
 #include "hpctrain/runtime/process_grid.hpp"
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -59,6 +60,14 @@ ProcessGrid::ProcessGrid(const Runtime& runtime, int tp, MPI_Comm base)
   int inside = lo == hi ? 1 : 0;
   HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &inside, 1, MPI_INT, MPI_MIN, base_));
   tp_within_node_ = inside == 1;
+  if (!tp_within_node_ && base_ == MPI_COMM_WORLD) {
+    log::warn(str("tensor-parallel groups span nodes (", describe(),
+                  "): each group is tp consecutive world ranks, and here they are not on one node, "
+                  "so every layer's tensor-parallel all-reduce crosses the network. Place ranks in "
+                  "blocks (srun -m block, the default; mpirun --map-by slot) with ranks per node a "
+                  "multiple of tp = ",
+                  shape_.tp, ", not cyclically (srun -m cyclic, mpirun --map-by node)"));
+  }
 }
 
 ProcessGrid::~ProcessGrid() {

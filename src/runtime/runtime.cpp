@@ -10,6 +10,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 
@@ -72,6 +73,8 @@ Runtime::Runtime(int* argc, char*** argv) {
 
 Runtime::~Runtime() {
   Watchdog::stop();
+  PeerMonitor::stop();  // goodbye to the neighbours first: ranks reach MPI_Finalize at different
+                        // times
   g_current = nullptr;
   if (node_comm_ != MPI_COMM_NULL) MPI_Comm_free(&node_comm_);
   int finalized = 0;
@@ -109,6 +112,7 @@ std::string Runtime::thread_level_name(int level) {
 }
 
 void abort_job(int exit_code) {
+  PeerMonitor::announce_abort();  // an intended end, not a lost rank: the neighbours stay quiet
   std::fflush(stdout);
   std::fflush(stderr);
   int initialized = 0;

@@ -46,7 +46,9 @@ slurm_up() {
     was_running=1
   fi
   local started=0
-  timeout 90 "$SLURM_LOCAL" start --dir "$SLURM_LOCAL_DIR" --timeout 60 >"$TMP/slurm-start.txt" 2>&1 &&
+  # --wait: another Slurm on the machine (the multi-node tests' cluster, run by another ctest) ends.
+  timeout 250 "$SLURM_LOCAL" start --dir "$SLURM_LOCAL_DIR" --timeout 60 --wait 150 \
+    >"$TMP/slurm-start.txt" 2>&1 &&
     started=1
   # Marked even when the start failed, so that slurm_down clears what a failed start left behind.
   if ((was_running == 0)) && [[ -f $SLURM_LOCAL_DIR/slurm.conf ]]; then

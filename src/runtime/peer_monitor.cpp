@@ -1,0 +1,544 @@
+#include "hpctrain/runtime/peer_monitor.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
+
+namespace hpctrain::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kMagic = 0x68707431;  // "hpt1"
+enum MessageType : std::uint32_t {
+  kHello = 1,     // connector -> acceptor: {from, subject = expected acceptor rank, token}
+  kHelloAck = 2,  // acceptor -> connector
+  kBeat = 3,      // heartbeat
+  kBye = 4,       // leaving on purpose (normal end)
+  kAbort = 5,     // ending the job on purpose (abort_job)
+  kLost = 6,      // subject was lost; detail = reason
+};
+enum LostReason : std::uint32_t { kSilent = 1, kClosed = 2 };
+
+// Fixed-size messages in host byte order: every rank of one job runs the same binary on the same
+// architecture, and the token rejects anything else.
+struct Message {
+  std::uint32_t magic = kMagic;
+  std::uint32_t type = 0;
+  std::uint32_t from = 0;
+  std::uint32_t subject = 0;
+  std::uint32_t detail = 0;     // kLost: the LostReason
+  std::uint32_t silent_ms = 0;  // kLost: how long the subject had been silent
+  std::uint64_t token = 0;
+};
+static_assert(sizeof(Message) == 32, "wire format");
+
+constexpr int kMaxAddresses = 8;
+constexpr int kHostChars = 64;
+// What each rank publishes (MPI_Allgather as bytes).
+struct Endpoint {
+  std::uint32_t addresses[kMaxAddresses] = {};  // IPv4, network byte order; loopback last
+  std::uint32_t address_count = 0;
+  std::uint32_t port = 0;  // network byte order in the low 16 bits
+  char host[kHostChars] = {};
+};
+
+struct Link {
+  int fd = -1;
+  int peer = -1;          // world rank at the other end
+  bool finished = false;  // said goodbye or abort: its silence or close is no loss
+  Clock::time_point last_heard;
+  std::vector<char> pending;  // bytes of a message not yet complete
+};
+
+struct State {
+  std::timed_mutex send_mutex;  // sends come from the monitor thread and from stop()/abort paths
+  std::thread thread;
+  std::atomic<bool> running{false};
+  int wake[2] = {-1, -1};
+  double timeout_s = 0;
+  double period_s = 1;
+  int world_rank = 0;
+  int world_size = 1;
+  std::uint64_t token = 0;
+  std::vector<Endpoint> endpoints;
+  std::vector<Link> links;
+  std::string off_reason;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string ip_text(std::uint32_t address) {
+  char text[INET_ADDRSTRLEN] = {0};
+  in_addr a{};
+  a.s_addr = address;
+  inet_ntop(AF_INET, &a, text, sizeof(text));
+  return text;
+}
+
+std::string describe_rank(int world_rank) {
+  const State& s = state();
+  if (world_rank < 0 || world_rank >= static_cast<int>(s.endpoints.size()))
+    return str("rank ", world_rank);
+  const Endpoint& e = s.endpoints[static_cast<std::size_t>(world_rank)];
+  std::string where = str("rank ", world_rank, " (host ", std::string(e.host));
+  if (e.address_count > 0) where += str(", ", ip_text(e.addresses[0]));
+  return where + ")";
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// send_message: whole message or nothing useful; never blocks past `timeout_ms` (0: not at all).
+bool send_message(int fd, const Message& m, int timeout_ms) {
+  const char* data = reinterpret_cast<const char*>(&m);
+  std::size_t sent = 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (sent < sizeof(m)) {
+    ssize_t n = ::send(fd, data + sent, sizeof(m) - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, static_cast<int>(left.count()));
+      continue;
+    }
+    return false;
+  }
+  return true;
+}
+
+// recv_message: one whole message within `timeout_ms`; false on timeout, close or error.
+bool recv_message(int fd, Message& m, int timeout_ms) {
+  char* data = reinterpret_cast<char*>(&m);
+  std::size_t got = 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (got < sizeof(m)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    ssize_t n = ::recv(fd, data + got, sizeof(m) - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n == 0 || (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      return false;
+    }
+  }
+  return m.magic == kMagic;
+}
+
+void tune_socket(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+// This host's IPv4 addresses: interfaces that are up, loopback last.
+Endpoint local_endpoint(std::uint16_t port, const std::string& host) {
+  Endpoint e;
+  std::vector<std::uint32_t> loopback;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+      if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
+      std::uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      if (i->ifa_flags & IFF_LOOPBACK) {
+        loopback.push_back(a);
+      } else if (e.address_count < kMaxAddresses) {
+        e.addresses[e.address_count++] = a;
+      }
+    }
+    ::freeifaddrs(list);
+  }
+  if (loopback.empty()) loopback.push_back(htonl(INADDR_LOOPBACK));
+  if (e.address_count < kMaxAddresses) e.addresses[e.address_count++] = loopback.front();
+  e.port = htons(port);
+  std::snprintf(e.host, sizeof(e.host), "%s", host.c_str());
+  return e;
+}
+
+// connect_to: a verified connection to world rank `peer` (HELLO answered by HELLO_ACK), trying
+// each published address; -1 with `why` set when none answers. The handshake guards against an
+// address that reaches another process on this host (a shared private address such as a
+// container bridge): only the right rank of this job answers with the token.
+int connect_to(int peer, std::string& why) {
+  State& s = state();
+  const Endpoint& e = s.endpoints[static_cast<std::size_t>(peer)];
+  const bool same_host = std::string(e.host) == s.endpoints[s.world_rank].host;
+  for (std::uint32_t i = 0; i < e.address_count; ++i) {
+    const std::uint32_t address = e.addresses[i];
+    if (ntohl(address) >> 24 == 127 && !same_host) continue;
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      why = str("socket(): ", std::strerror(errno));
+      return -1;
+    }
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = address;
+    to.sin_port = static_cast<in_port_t>(e.port);
+    int r = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = ETIMEDOUT;
+      if (::poll(&p, 1, 3000) == 1) {
+        socklen_t length = sizeof(error);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      }
+      r = error == 0 ? 0 : -1;
+      errno = error;
+    }
+    if (r != 0) {
+      why = str("connecting to ", ip_text(address), ":", ntohs(static_cast<in_port_t>(e.port)),
+                ": ", std::strerror(errno));
+      ::close(fd);
+      continue;
+    }
+    Message hello;
+    hello.type = kHello;
+    hello.from = static_cast<std::uint32_t>(s.world_rank);
+    hello.subject = static_cast<std::uint32_t>(peer);
+    hello.token = s.token;
+    Message ack;
+    if (send_message(fd, hello, 3000) && recv_message(fd, ack, 10000) && ack.type == kHelloAck &&
+        ack.token == s.token && ack.from == static_cast<std::uint32_t>(peer)) {
+      return fd;
+    }
+    why = str(ip_text(address), ":", ntohs(static_cast<in_port_t>(e.port)),
+              " did not answer as rank ", peer, " of this job");
+    ::close(fd);
+  }
+  return -1;
+}
+
+// accept_from: the verified connection of world rank `peer`, or -1 after the deadline.
+int accept_from(int listen_fd, int peer, double seconds, std::string& why) {
+  State& s = state();
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd p{listen_fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<long>(1, left.count()))) <= 0) continue;
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) continue;
+    Message hello;
+    if (recv_message(fd, hello, 3000) && hello.type == kHello && hello.token == s.token &&
+        hello.from == static_cast<std::uint32_t>(peer) &&
+        hello.subject == static_cast<std::uint32_t>(s.world_rank)) {
+      Message ack;
+      ack.type = kHelloAck;
+      ack.from = static_cast<std::uint32_t>(s.world_rank);
+      ack.token = s.token;
+      if (send_message(fd, ack, 3000)) return fd;
+    }
+    ::close(fd);  // not our predecessor (another job, a stray connection): keep waiting
+  }
+  why = str("rank ", peer, " did not connect within ", format_seconds(seconds));
+  return -1;
+}
+
+void send_to_all(const Message& m, int except_fd = -1) {
+  State& s = state();
+  std::lock_guard<std::timed_mutex> lock(s.send_mutex);
+  for (Link& link : s.links) {
+    if (link.fd < 0 || link.fd == except_fd || link.finished) continue;
+    send_message(link.fd, m, 0);
+  }
+}
+
+[[noreturn]] void lost(int lost_rank, int reported_by, std::uint32_t reason, double silent_s) {
+  State& s = state();
+  Message m;
+  m.type = kLost;
+  m.from = static_cast<std::uint32_t>(s.world_rank);
+  m.subject = static_cast<std::uint32_t>(lost_rank);
+  m.detail = reason;
+  m.silent_ms = static_cast<std::uint32_t>(std::min(silent_s * 1000, 4e9));
+  m.token = s.token;
+  send_to_all(m);  // along the ring, so every surviving rank learns it at once
+  std::string how = reason == kClosed ? std::string("its connection closed without a goodbye")
+                                      : str("no heartbeat for ", format_seconds(silent_s),
+                                            " (timeout ", format_seconds(s.timeout_s), ")");
+  if (reported_by != s.world_rank) how = str("reported by ", describe_rank(reported_by), ": ", how);
+  if (lost_rank == s.world_rank) {
+    // This rank was silent (stopped, starved, or cut off) and the others gave up on it.
+    log::error(str("the other ranks lost contact with this rank (", how,
+                   "): it was stopped or starved for longer than the peer timeout, or the network "
+                   "to it broke. Ending with exit code ",
+                   static_cast<int>(kExitComm), " (communicator failure)"));
+    std::fflush(stdout);
+    std::fflush(stderr);
+    _exit(kExitComm);
+  }
+  log::error(str("lost ", describe_rank(lost_rank), ": ", how,
+                 ". Its process died, its node failed, or the network to it broke; the job cannot "
+                 "continue without it. Ending with exit code ",
+                 static_cast<int>(kExitComm),
+                 " (communicator failure); resume from the latest checkpoint on the nodes left "
+                 "(jobs/train.sbatch requeues itself). Tune with --peer-timeout or "
+                 "HPCTRAIN_PEER_TIMEOUT."));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(kExitComm);
+}
+
+// Reads what arrived on `link`; returns false when the connection closed or failed.
+bool drain(Link& link, Clock::time_point now) {
+  State& s = state();
+  char buffer[512];
+  while (true) {
+    ssize_t n = ::recv(link.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    link.pending.insert(link.pending.end(), buffer, buffer + n);
+    link.last_heard = now;
+    std::size_t used = 0;
+    while (link.pending.size() - used >= sizeof(Message)) {
+      Message m;
+      std::memcpy(&m, link.pending.data() + used, sizeof(m));
+      used += sizeof(m);
+      if (m.magic != kMagic || m.token != s.token) continue;
+      switch (m.type) {
+        case kBye:
+        case kAbort: link.finished = true; break;
+        case kLost:
+          lost(static_cast<int>(m.subject), static_cast<int>(m.from), m.detail,
+               m.silent_ms / 1000.0);
+        default: break;  // heartbeats only refresh last_heard
+      }
+    }
+    link.pending.erase(link.pending.begin(),
+                       link.pending.begin() + static_cast<std::ptrdiff_t>(used));
+  }
+}
+
+void monitor_loop() {
+  State& s = state();
+  auto last_beat = Clock::now() - std::chrono::hours(1);
+  auto last_loop = Clock::now();
+  const auto period = std::chrono::duration<double>(s.period_s);
+  // A loop iteration late by this much means this process was stopped (SIGSTOP, a suspended
+  // job) or starved: the silence it saw is its own, so the neighbours' clocks restart.
+  const auto stall = std::chrono::duration<double>(std::max(3 * s.period_s, s.timeout_s / 2));
+  std::vector<pollfd> fds;
+  while (s.running.load()) {
+    fds.clear();
+    fds.push_back(pollfd{s.wake[0], POLLIN, 0});
+    for (const Link& link : s.links) fds.push_back(pollfd{link.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), static_cast<int>(s.period_s * 1000 / 2));
+    if (!s.running.load()) break;
+    const auto now = Clock::now();
+    if (now - last_loop > stall) {
+      for (Link& link : s.links) link.last_heard = now;
+    }
+    last_loop = now;
+    for (std::size_t i = 0; i < s.links.size(); ++i) {
+      Link& link = s.links[i];
+      if (link.fd < 0) continue;
+      if (fds[i + 1].revents != 0 && !drain(link, now)) {
+        if (!link.finished) lost(link.peer, s.world_rank, kClosed, 0);
+        std::lock_guard<std::timed_mutex> lock(s.send_mutex);
+        close_fd(link.fd);
+        continue;
+      }
+      const double silent = std::chrono::duration<double>(now - link.last_heard).count();
+      if (!link.finished && silent > s.timeout_s) lost(link.peer, s.world_rank, kSilent, silent);
+    }
+    if (now - last_beat >= period) {
+      Message beat;
+      beat.type = kBeat;
+      beat.from = static_cast<std::uint32_t>(s.world_rank);
+      beat.token = s.token;
+      send_to_all(beat);
+      last_beat = now;
+    }
+  }
+}
+
+void close_links() {
+  State& s = state();
+  std::lock_guard<std::timed_mutex> lock(s.send_mutex);
+  for (Link& link : s.links) close_fd(link.fd);
+  s.links.clear();
+  close_fd(s.wake[0]);
+  close_fd(s.wake[1]);
+}
+
+}  // namespace
+
+void PeerMonitor::start(const Runtime& runtime, double timeout_s) {
+  stop();
+  State& s = state();
+  s.off_reason.clear();
+  s.timeout_s = 0;
+  if (timeout_s <= 0 || runtime.world_size() < 2) return;
+  s.world_rank = runtime.world_rank();
+  s.world_size = runtime.world_size();
+  s.period_s = std::min(1.0, timeout_s / 4);
+
+  std::string why;
+  int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  any.sin_port = 0;
+  socklen_t length = sizeof(any);
+  if (listen_fd < 0 || ::bind(listen_fd, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 ||
+      ::listen(listen_fd, 16) != 0 ||
+      ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&any), &length) != 0) {
+    why = str("cannot listen on a TCP port: ", std::strerror(errno));
+  }
+  Endpoint mine = local_endpoint(ntohs(any.sin_port), runtime.host());
+
+  std::uint64_t token = 0;
+  if (s.world_rank == 0) {
+    std::random_device device;
+    token = (static_cast<std::uint64_t>(device()) << 32) ^ device() ^
+            static_cast<std::uint64_t>(Clock::now().time_since_epoch().count());
+  }
+  HPCTRAIN_MPI_CHECK(MPI_Bcast(&token, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD));
+  s.token = token;
+  s.endpoints.assign(static_cast<std::size_t>(s.world_size), Endpoint{});
+  HPCTRAIN_MPI_CHECK(MPI_Allgather(&mine, sizeof(Endpoint), MPI_BYTE, s.endpoints.data(),
+                                   sizeof(Endpoint), MPI_BYTE, MPI_COMM_WORLD));
+  int listening = why.empty() ? 1 : 0;
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &listening, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+
+  int out_fd = -1;
+  int in_fd = -1;
+  if (listening) {
+    const int successor = (s.world_rank + 1) % s.world_size;
+    const int predecessor = (s.world_rank + s.world_size - 1) % s.world_size;
+    // Accepting on a thread while connecting: every rank connects to its successor and waits for
+    // its answer, which comes from that rank's acceptor.
+    std::string accept_why;
+    std::thread acceptor([&] { in_fd = accept_from(listen_fd, predecessor, 20, accept_why); });
+    out_fd = connect_to(successor, why);
+    acceptor.join();
+    if (why.empty() && in_fd < 0) why = accept_why;
+    if (out_fd < 0 && why.empty()) why = str("cannot reach rank ", successor);
+  }
+  if (listen_fd >= 0) ::close(listen_fd);
+  int ok = (out_fd >= 0 && in_fd >= 0) ? 1 : 0;
+  HPCTRAIN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (!ok) {
+    close_fd(out_fd);
+    close_fd(in_fd);
+    if (!why.empty()) {
+      log::rank_warn(str("peer monitor: ", why));
+      s.off_reason = why;
+    } else {
+      s.off_reason = "another rank could not connect (see its warning)";
+    }
+    log::warn(
+        "peer monitor off: the ranks could not connect to each other over TCP (see the rank "
+        "warnings). A dead peer process or node is then noticed only by the collective "
+        "timeout (--collective-timeout, exit 7)");
+    return;
+  }
+  tune_socket(out_fd);
+  tune_socket(in_fd);
+  const auto now = Clock::now();
+  s.links.clear();
+  s.links.push_back(Link{out_fd, (s.world_rank + 1) % s.world_size, false, now, {}});
+  s.links.push_back(Link{in_fd, (s.world_rank + s.world_size - 1) % s.world_size, false, now, {}});
+  if (::pipe2(s.wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    s.off_reason = str("pipe2(): ", std::strerror(errno));
+    close_links();
+    return;
+  }
+  s.timeout_s = timeout_s;
+  s.running = true;
+  s.thread = std::thread(monitor_loop);
+}
+
+void PeerMonitor::stop() {
+  State& s = state();
+  if (!s.running.exchange(false)) return;
+  Message bye;
+  bye.type = kBye;
+  bye.from = static_cast<std::uint32_t>(s.world_rank);
+  bye.token = s.token;
+  {
+    std::lock_guard<std::timed_mutex> lock(s.send_mutex);
+    for (Link& link : s.links) {
+      if (link.fd >= 0) send_message(link.fd, bye, 1000);
+    }
+  }
+  if (s.wake[1] >= 0) {
+    char byte = 1;
+    [[maybe_unused]] ssize_t n = ::write(s.wake[1], &byte, 1);
+  }
+  if (s.thread.joinable()) s.thread.join();
+  close_links();
+  s.timeout_s = 0;
+}
+
+void PeerMonitor::announce_abort() {
+  State& s = state();
+  if (!s.running.load()) return;
+  Message m;
+  m.type = kAbort;
+  m.from = static_cast<std::uint32_t>(s.world_rank);
+  m.token = s.token;
+  // Wait a moment for a send of the monitor thread, never for long: abort_job must not hang.
+  std::unique_lock<std::timed_mutex> lock(s.send_mutex, std::chrono::milliseconds(100));
+  if (!lock.owns_lock()) return;
+  for (Link& link : s.links) {
+    if (link.fd >= 0) send_message(link.fd, m, 0);
+  }
+}
+
+bool PeerMonitor::running() {
+  return state().running.load();
+}
+
+double PeerMonitor::timeout() {
+  return state().timeout_s;
+}
+
+std::string PeerMonitor::off_reason() {
+  return state().off_reason;
+}
+
+}  // namespace hpctrain::runtime
