@@ -7,7 +7,6 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/runtime.hpp"
-#include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "session.hpp"
@@ -28,7 +27,6 @@ int run_train(CommandContext& ctx) {
   for (const auto& assignment : g_train.overrides) config.set(assignment);
   const int tp = config.section("parallel").get<int>("tp", 1);
   if (tp < 1) throw ConfigError(str("parallel.tp = ", tp, ": must be a positive integer"));
-  runtime::install_stop_signal_handlers();
   Session session = make_session(ctx, tp);
   const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
@@ -27,6 +28,8 @@
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
+#include "input_checks.hpp"
+#include "run_files.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
 
@@ -55,16 +58,37 @@ nlohmann::json TrainerState::to_json() const {
 }
 
 TrainerState TrainerState::from_json(const nlohmann::json& j) {
+  // A manifest whose checksum was recomputed after an edit passes verification: every field is
+  // checked here, and a bad one named (exit 4), instead of a JSON library message.
+  auto field = [&j](const char* key, std::optional<std::int64_t> fallback) -> std::int64_t {
+    if (!j.is_object()) {
+      throw CheckpointError("manifest.json: \"trainer_state\" should be an object: the "
+                            "checkpoint was not written by hpctrain train; resume from another");
+    }
+    if (!j.contains(key) && fallback) return *fallback;
+    if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<std::int64_t>() < 0) {
+      throw CheckpointError(str("manifest.json: trainer_state.", key,
+                                " should be a non-negative integer: the manifest was edited or "
+                                "was not written by hpctrain train; resume from another checkpoint"));
+    }
+    return j.at(key).get<std::int64_t>();
+  };
   TrainerState s;
-  s.step = j.at("step").get<std::int64_t>();
-  s.sampler.epoch = j.at("epoch").get<std::int64_t>();
-  s.sampler.offset_in_epoch = j.at("offset_in_epoch").get<std::int64_t>();
-  s.sampler.global_step = j.at("global_step").get<std::int64_t>();
-  s.sampler.consumed_samples = j.at("consumed_samples").get<std::int64_t>();
-  s.skipped_steps = j.value("skipped_steps", std::int64_t{0});
+  s.step = field("step", std::nullopt);
+  s.sampler.epoch = field("epoch", std::nullopt);
+  s.sampler.offset_in_epoch = field("offset_in_epoch", std::nullopt);
+  s.sampler.global_step = field("global_step", std::nullopt);
+  s.sampler.consumed_samples = field("consumed_samples", std::nullopt);
+  s.skipped_steps = field("skipped_steps", 0);
+  if (j.contains("best_metric") && !j.at("best_metric").is_number()) {
+    throw CheckpointError("manifest.json: trainer_state.best_metric should be a number");
+  }
   s.best_metric = j.value("best_metric", 0.0);
-  s.best_step = j.value("best_step", std::int64_t{-1});
-  s.evals_without_improvement = j.value("evals_without_improvement", std::int64_t{0});
+  s.best_step = j.contains("best_step") && j.at("best_step").is_number_integer()
+                    ? j.at("best_step").get<std::int64_t>()
+                    : std::int64_t{-1};
+  s.evals_without_improvement = field("evals_without_improvement", 0);
+  if (j.contains("optimizer_steps")) field("optimizer_steps", 0);
   return s;
 }
 
@@ -139,6 +163,8 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
     m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options());
   }
 
+  check_model_input_fits_data(model_section, m.train_data->info(), "data.train");
+  if (m.val_data) check_model_input_fits_data(model_section, m.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
   model::ModelContext ctx{m.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
   m.model = model::build_model(model_section, ctx);
@@ -174,11 +200,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   }
   m.config_text = config.dump();
   if (m.is_rank0()) {
-    std::filesystem::create_directories(cfg.run.dir);
-    std::ofstream out(cfg.run.dir + "/config.yaml");
-    out << "# resolved configuration (file, --set overrides and defaults) written by hpctrain\n"
-        << m.config_text;
-    if (!out) throw Error(str("cannot write ", cfg.run.dir, "/config.yaml: check run.dir"));
+    create_run_dir(cfg.run.dir);
+    const std::string error = write_run_file(
+        cfg.run.dir + "/config.yaml",
+        "# resolved configuration (file, --set overrides and defaults) written by hpctrain\n" +
+            m.config_text);
+    if (!error.empty()) throw ConfigError(str("run.dir = ", cfg.run.dir, ": ", error));
   }
 
   // Collectives from here on.
@@ -337,7 +364,7 @@ TrainOutcome Trainer::run() {
   const auto& grid = m.env.grid;
   auto& world = *m.env.comms.world;
   RunLog runlog(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
-                /*fresh=*/m.state.step == 0);
+                /*resume_step=*/m.state.step);
   const int accumulation = cfg.optim.grad_accumulation;
 
   log::info(str("training ", m.model_name, " (", m.model->logical_parameter_count(),
@@ -387,6 +414,9 @@ TrainOutcome Trainer::run() {
     world.all_reduce(flags, comm::ReduceOp::kMax);
     return std::array<int, 3>{flags[0].item<int>(), flags[1].item<int>(), flags[2].item<int>()};
   };
+  // From here a stop signal is agreed on and acted on at a step boundary (save, exit 75); before
+  // (opening files, resuming) it ended the process at once: there was nothing to save.
+  runtime::StopModeScope agree_on_stop(runtime::StopMode::kAgree);
   IntervalStats interval;
   bool stop = false;
   // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
@@ -501,7 +531,13 @@ TrainOutcome Trainer::run() {
   facts.device = m.env.device.device;
   auto ledger = build_ledger(m.phases, facts, world);
   if (m.is_rank0()) {
-    std::ofstream(cfg.run.dir + "/ledger.json") << ledger.dump(2) << "\n";
+    const std::string ledger_error =
+        write_run_file(cfg.run.dir + "/ledger.json", ledger.dump(2) + "\n");
+    if (!ledger_error.empty()) {
+      // The run trained and saved, but its account is missing: say so, and do not end with 0.
+      log::warn(str("the compute ledger was not written: ", ledger_error));
+      outcome.reason += str("; ledger.json not written (", ledger_error, ")");
+    }
     runlog.record({{"type", "end"}, {"step", m.state.step}, {"reason", outcome.reason}});
     runlog.line(str("stopped after step ", m.state.step, ": ", outcome.reason));
     runlog.line(ledger_summary(ledger));
@@ -514,6 +550,8 @@ TrainOutcome Trainer::run() {
                  .dump()
           << "\n";
     }
+    // Training is complete (the marker says so), but the run's outputs are not: exit 1.
+    if (!ledger_error.empty() && outcome.exit_code == kExitOk) outcome.exit_code = kExitError;
   }
   return outcome;
 }
