@@ -19,7 +19,7 @@ damaged() {  # damaged NAME: a copy of the run; prints its checkpoint directory
 }
 ckpt=$(damaged utf8)
 printf '# caf\xe9\n' >>"$ckpt/config.yaml"
-expect_exit 4 "$TMP/utf8.txt" timeout 60 mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
+expect_exit 4 "$TMP/utf8.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
 expect_grep "does not verify: config.yaml: (size|checksum)" "$TMP/utf8.txt"
 ckpt=$(damaged devnull)
 sed -i "s|^  val: .*|  val: /dev/null|" "$ckpt/config.yaml"
@@ -27,7 +27,7 @@ expect_exit 4 "$TMP/devnull.txt" timeout 60 "$HPCTRAIN_BIN" eval --checkpoint "$
 expect_grep "does not verify: config.yaml: (size|checksum)" "$TMP/devnull.txt"
 ckpt=$(damaged fifo)
 rm "$ckpt/config.yaml" && mkfifo "$ckpt/config.yaml"
-expect_exit 4 "$TMP/fifo.txt" timeout 60 mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
+expect_exit 4 "$TMP/fifo.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
 expect_grep "does not verify: config.yaml: not a regular file" "$TMP/fifo.txt"
 for log in utf8 devnull fifo; do
   if grep -Eq "json.exception|unexpected failure|unknown split" "$TMP/$log.txt"; then
@@ -54,9 +54,11 @@ expect_grep "holds float32 but the manifest says dtype float64" "$TMP/dtype-insp
 
 # A stop signal during an evaluation-only command (a watch waiting between polls) ends it at
 # once with 75 (before: SIGTERM's default action, killed by the signal, no documented code).
-"$HPCTRAIN_BIN" eval --watch "$TMP/utf8" --poll 60 --timeout 600 >"$TMP/watch.txt" 2>&1 &
+cp -r "$run" "$TMP/watched" && rm "$TMP/watched/training_complete.json"  # training "goes on"
+"$HPCTRAIN_BIN" eval --watch "$TMP/watched" --poll 60 --timeout 600 >"$TMP/watch.txt" 2>&1 &
 watcher=$!
-for _ in $(seq 1 100); do grep -q "watching" "$TMP/watch.txt" && break; sleep 0.1; done
+# Once step 10 is evaluated, the watcher sleeps until its next poll.
+for _ in $(seq 1 300); do grep -q "step 10" "$TMP/watch.txt" && break; sleep 0.1; done
 sleep 0.5
 kill -TERM "$watcher"
 for _ in $(seq 1 100); do kill -0 "$watcher" 2>/dev/null || break; sleep 0.1; done
