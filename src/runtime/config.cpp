@@ -95,7 +95,15 @@ std::size_t invalid_utf8(const std::string& text) {
 // lookups find the first, while PyYAML and the resolved config.yaml readers take the last: the
 // run would use one value and its record show another.
 void check_duplicate_keys(const YAML::Node& node, const std::string& prefix,
-                          const std::string& origin) {
+                          const std::string& origin, int depth = 0) {
+  // An alias inside its own anchor (`tp: &a [*a]`) makes the tree a cycle that every later walk
+  // (this one, the emitter of the resolved config) would follow forever.
+  constexpr int kMaxDepth = 32;
+  if (depth > kMaxDepth) {
+    throw ConfigError(str(origin, ": '", clip(prefix), "' nests deeper than ", kMaxDepth,
+                          " levels (an alias inside its own anchor?): a config is a few levels "
+                          "of sections and keys"));
+  }
   if (node.IsMap()) {
     std::map<std::string, int> first_line;
     for (const auto& kv : node) {
@@ -109,10 +117,10 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& prefix,
                               "' is given twice, at line ", it->second, " and at line ", line,
                               ": keep one (YAML readers disagree on which one counts)"));
       }
-      check_duplicate_keys(kv.second, full, origin);
+      check_duplicate_keys(kv.second, full, origin, depth + 1);
     }
   } else if (node.IsSequence()) {
-    for (const auto& item : node) check_duplicate_keys(item, prefix, origin);
+    for (const auto& item : node) check_duplicate_keys(item, prefix, origin, depth + 1);
   }
 }
 

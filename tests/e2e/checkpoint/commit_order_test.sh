@@ -13,7 +13,8 @@ source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set eval.every_steps=0 --set eval.at_end=false
-  --set run.max_steps=30 --set checkpoint.every_steps=10 --set data.batch_size=16)
+  --set run.max_steps=30 --set checkpoint.every_steps=10 --set checkpoint.keep=5
+  --set data.batch_size=16)
 
 HPCTRAIN_TEST_IO_TRACE=$TMP/trace.txt expect_exit 0 "$TMP/train.txt" mpirun_np 2 "$HPCTRAIN_BIN" \
   train "${common[@]}" --set "run.dir=$TMP/run"

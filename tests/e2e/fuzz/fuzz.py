@@ -8,14 +8,14 @@ Three families of inputs, each mutated from a small valid one:
   configs      a tiny MLP config, with keys deleted, set to hostile values (huge, negative, NaN,
                wrong types, 10 KB strings, non-UTF-8 bytes), duplicated, unknown, or the text
                truncated or byte-flipped; run through `hpctrain plan -c` (which reads the config
-               as train does, builds the model and opens the data) and, for every tenth case,
+               as train does, builds the model and opens the data) and, for every twentieth case,
                `hpctrain train` for 2 steps;
   data files   a small classification file and a token file, damaged at the byte level
                (flips, truncation, zeroed ranges) or rewritten with h5py (dtypes, shapes,
                attributes, label values); run through `hpctrain inspect data`;
   checkpoints  a checkpoint of the tiny run, with files flipped, truncated, removed or replaced,
                and its manifest edited and resealed; run through `hpctrain inspect checkpoint`
-               and, for every third case, `hpctrain eval --checkpoint`.
+               and, for every fifth case, `hpctrain eval --checkpoint`.
 Every case must end, within the case timeout, with a documented exit code of its family and,
 when it is not 0, an "error:" line; never a signal, exit 1, a C++ exception trace or a hang.
 Failures are listed with the command and the case's files kept under WORK_DIR/failures."""
@@ -308,7 +308,7 @@ def main():
     for i in range(a.configs):
         path = os.path.join(work, f"config_{i:03d}.yaml")
         open(path, "wb").write(mutate_config(rng, config, work))
-        if i % 10 == 0:
+        if i % 20 == 0:
             add("config", [a.binary, "-q", "train", "-c", path, "--set", "run.max_steps=2",
                            "--set", f"run.dir={work}/run_{i:03d}"], {0, 2, 3, 6}, [path])
         else:
@@ -322,18 +322,21 @@ def main():
         target = os.path.join(work, f"ckpt_{i:03d}", "checkpoints", "step_00000002")
         mutate_checkpoint(rng, checkpoint, target)
         add("checkpoint", [a.binary, "-q", "inspect", "checkpoint", target], {0, 4}, [target])
-        if i % 3 == 0:
+        if i % 5 == 0:
             add("checkpoint", [a.binary, "-q", "eval", "--checkpoint", target, "--data", val,
                                "--results", os.path.join(work, f"results_{i:03d}")],
                 {0, 2, 3, 4}, [target])
 
     failures = []
     counts = {}
+    print(f"fuzz seed {a.seed}: {len(cases)} cases, {a.jobs} at a time", flush=True)
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        for case, problem, output in pool.map(run_case, cases):
+        for n, (case, problem, output) in enumerate(pool.map(run_case, cases), 1):
             counts[case["family"]] = counts.get(case["family"], 0) + 1
             if problem:
                 failures.append((case, problem, output))
+            if n % 50 == 0:
+                print(f"  {n} cases done, {len(failures)} failure(s)", flush=True)
     keep = os.path.join(work, "failures")
     for n, (case, problem, output) in enumerate(failures):
         print(f"FAIL ({case['family']}): {problem}\n  command: {' '.join(case['cmd'])}")

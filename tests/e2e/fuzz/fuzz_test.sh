@@ -6,6 +6,6 @@
 # directory in failures/.
 source "$(dirname "$0")/../lib.sh"
 seed=${HPCTRAIN_FUZZ_SEED:-18}
-"$PY" "$(dirname "$0")/fuzz.py" "$HPCTRAIN_BIN" "$TMP/work" --seed "$seed" --jobs 2 \
+"$PY" -u "$(dirname "$0")/fuzz.py" "$HPCTRAIN_BIN" "$TMP/work" --seed "$seed" --jobs 3 \
   --case-timeout 30 || fail "fuzz cases failed (seed $seed; kept in $TMP/work/failures)"
 finish

@@ -90,6 +90,14 @@ TEST(Config, DuplicateKeysAndSectionsNameBothLines) {
   EXPECT_EQ(error_of([] { Config::parse("a:\n  lr: 1\nb:\n  lr: 2\n", "ok"); }), "");
 }
 
+// Found by the fuzz test: an alias inside its own anchor is a cycle that crashed (stack overflow).
+TEST(Config, RecursiveAliasesAreRefused) {
+  std::string e = error_of([] { Config::parse("parallel:\n  tp: &a [*a]\n", "r.yaml"); });
+  EXPECT_NE(e.find("r.yaml: 'parallel.tp' nests deeper than 32 levels"), std::string::npos) << e;
+  e = error_of([] { Config::parse("model: &m\n  block: *m\n", "m.yaml"); });
+  EXPECT_NE(e.find("nests deeper than 32 levels"), std::string::npos) << e;
+}
+
 TEST(Config, TextThatIsNotUtf8IsRefusedWithTheLine) {
   const std::string e =
       error_of([] { Config::parse("run:\n  seed: 1\n  name: caf\xe9\n", "latin1.yaml"); });
