@@ -90,6 +90,12 @@ void read_targets(const std::string& dir, const nlohmann::json& manifest,
       }
       const h5::DatasetLayout& layout = *layouts[i];
       const torch::ScalarType dtype = *h5::dtype_from_name(s.at("dtype").get<std::string>());
+      if (layout.dtype != s.at("dtype").get<std::string>()) {
+        // Reading the bytes as the manifest's dtype would load garbage (a NaN loss, exit 0).
+        throw CheckpointError(str(path, ": tensor '", t.name, "' holds ", layout.dtype,
+                                  " but the manifest says dtype ", s.at("dtype").get<std::string>(),
+                                  ": the manifest was edited, or the file replaced"));
+      }
       if (layout.shape != t.shard.logical_shape) {
         throw CheckpointError(str(path, ": tensor '", t.name, "' has shape ",
                                   slab::shape_text(layout.shape), " but the manifest says ",

@@ -20,6 +20,7 @@
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -141,7 +142,8 @@ void CheckpointManager::Impl::finish_pending() {
   }
   const auto outcome = nlohmann::json::parse(world->broadcast(text));
   const std::string error = outcome.at("error").get<std::string>();
-  if (!error.empty()) throw CheckpointError(error);
+  // Every rank throws it (they all got it from world rank 0): reported once, by rank 0.
+  if (!error.empty()) throw AgreedError(error, kExitCheckpoint);
   last_save_seconds = outcome.at("seconds").get<double>();
   last_bytes = outcome.at("bytes").get<std::int64_t>();
   last_path = outcome.at("path").get<std::string>();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -27,6 +28,22 @@ constexpr std::size_t kMaxIo = std::size_t{1} << 30;
                             : (err == EACCES || err == EPERM || err == EROFS)
                                 ? ": check the permissions of the run directory"
                                 : ""));
+}
+
+// Test hook HPCTRAIN_TEST_IO_TRACE=FILE: each fsync, rename and durable write of the commit
+// protocol appends one line "<operation> <path> [<path>]" to FILE after the system call
+// succeeded, so a test can check that everything is made durable before it is published, in
+// order. One write(2) per line with O_APPEND: lines of concurrent threads and ranks do not mix.
+void trace(const char* operation, const std::string& a, const std::string& b = std::string()) {
+  static const int fd = [] {
+    const char* path = std::getenv("HPCTRAIN_TEST_IO_TRACE");
+    if (path == nullptr || *path == '\0') return -1;
+    return ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }();
+  if (fd < 0) return;
+  std::string line = str(operation, " ", a, b.empty() ? "" : " ", b, "\n");
+  ssize_t ignored = ::write(fd, line.data(), line.size());
+  (void)ignored;
 }
 
 }  // namespace
@@ -95,6 +112,7 @@ void read_at(int fd, void* data, std::size_t bytes, off_t offset, const std::str
 
 void sync_fd(int fd, const std::string& path) {
   if (::fsync(fd) != 0) fail("fsync of", path, errno);
+  trace("fsync", path);
 }
 
 void drop_cache(const std::string& path) {
@@ -135,10 +153,14 @@ void replace_file(const std::string& path, const std::string& content, const std
 void rename_path(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0)
     fail(str("renaming to '", to, "' from"), from, errno);
+  trace("rename", from, to);
 }
 
 bool exchange_paths(const std::string& a, const std::string& b) {
-  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) {
+    trace("exchange", a, b);
+    return true;
+  }
   const int err = errno;
   if (err == EINVAL || err == ENOSYS || err == ENOTSUP) return false;
   fail(str("exchanging '", b, "' with"), a, err);

@@ -323,6 +323,11 @@ torch::Tensor read_rng(const std::string& path, int row) {
 }
 
 std::string library_version() {
+  // Even this call enters HDF5's API (it pushes an API context from HDF5's free lists), and this
+  // HDF5 is not thread-safe: unlocked, it ran on the checkpoint writer thread while the
+  // prefetcher read training data, and corrupted the free lists that HDF5 frees at exit
+  // (glibc: "corrupted size vs. prev_size" in H5FL_garbage_coll under MPI_Finalize).
+  auto hold = data::lock_hdf5();
   unsigned major = 0, minor = 0, release = 0;
   H5get_libversion(&major, &minor, &release);
   return str(major, ".", minor, ".", release);

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "file_io.hpp"
+#include "h5_store.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -161,8 +162,24 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
   }
   require(j.contains("grid") && is_int(j.at("grid"), "dp") && is_int(j.at("grid"), "tp"), what,
           "\"grid\" should be {\"dp\": int, \"tp\": int}");
+  require(!j.contains("trainer_state") || j.at("trainer_state").is_object(), what,
+          "\"trainer_state\" should be an object");
+  require(!j.contains("metric") || j.at("metric").is_null() || j.at("metric").is_number(), what,
+          "\"metric\" should be a number or null");
+  if (j.contains("rng") && !j.at("rng").is_null()) {
+    const auto& rng = j.at("rng");
+    require(rng.is_object() && is_int(rng, "ranks") && is_int(rng, "bytes") &&
+                rng.at("ranks").get<std::int64_t>() >= 1 &&
+                rng.at("bytes").get<std::int64_t>() >= 1 &&
+                rng.at("bytes").get<std::int64_t>() <= (std::int64_t{1} << 20) &&
+                (!rng.contains("file") || rng.at("file").is_string()) &&
+                (!rng.contains("dataset") || rng.at("dataset").is_string()),
+            what, "\"rng\" should be null or {\"file\", \"dataset\", \"ranks\" >= 1, \"bytes\" in 1..1 MiB}");
+  }
   require(j.contains("files") && j.at("files").is_object(), what, "\"files\" missing");
   for (const auto& [name, file] : j.at("files").items()) {
+    require(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
+            what, str("files entry '", clip(name), "' should be a file name inside the checkpoint"));
     require(file.is_object() && file.contains("bytes") && file.at("bytes").is_number_unsigned() &&
                 file.contains("xxh3") && file.at("xxh3").is_string(),
             what, str("files entry '", name, "' should hold bytes and xxh3"));
@@ -173,7 +190,21 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
         t.is_object() && t.contains("file") && t.at("file").is_string() && t.contains("dataset") &&
             t.at("dataset").is_string() && t.contains("dtype") && t.at("dtype").is_string() &&
             t.contains("shape") && t.at("shape").is_array() && is_int(t, "split_dim"),
-        what, str("tensors entry '", name, "' should hold file, dataset, dtype, shape, split_dim"));
+        what,
+        str("tensors entry '", clip(name), "' should hold file, dataset, dtype, shape, split_dim"));
+    const std::string dtype = t.at("dtype").get<std::string>();
+    require(h5::dtype_from_name(dtype).has_value(), what,
+            str("tensor '", clip(name), "' has dtype '", clip(dtype),
+                "', which is none of the dtypes checkpoints store"));
+    const auto& shape = t.at("shape");
+    bool shape_ok = shape.size() <= 32;
+    for (const auto& d : shape) shape_ok = shape_ok && d.is_number_integer() && d.get<std::int64_t>() >= 0;
+    require(shape_ok, what,
+            str("tensor '", clip(name), "' should have a shape of non-negative integers"));
+    const auto split_dim = t.at("split_dim").get<std::int64_t>();
+    require(split_dim >= -1 && split_dim < static_cast<std::int64_t>(shape.size()), what,
+            str("tensor '", clip(name), "' has split_dim ", split_dim, " outside [-1, ",
+                shape.size(), ")"));
     require(j.at("files").contains(t.at("file").get<std::string>()), what,
             str("tensor '", name, "' is in file '", t.at("file").get<std::string>(),
                 "', which \"files\" does not list"));

@@ -17,6 +17,37 @@
 namespace hpctrain::checkpoint {
 namespace {
 
+// One file against its manifest entry: present, a regular file, the recorded size and xxh3.
+std::string check_file(const std::string& dir, const std::string& name, const nlohmann::json& entry,
+                       std::string& buffer) {
+  const std::string path = dir + "/" + name;
+  const auto want_bytes = entry.at("bytes").get<std::uint64_t>();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return str(name, ": missing (the manifest lists it with ", want_bytes, " bytes)");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return str(name, ": not a regular file (the manifest lists a file of ", want_bytes,
+               " bytes): it was replaced");
+  }
+  if (static_cast<std::uint64_t>(st.st_size) != want_bytes) {
+    return str(name, ": size ", st.st_size, " bytes but the manifest says ", want_bytes,
+               ": the file was truncated or replaced");
+  }
+  FileDigest digest;
+  try {
+    digest = digest_file(path, buffer);
+  } catch (const CheckpointError& e) {
+    return str(name, ": ", e.what());
+  }
+  const auto want = entry.at("xxh3").get<std::string>();
+  if (digest.xxh3 != want) {
+    return str(name, ": checksum mismatch (manifest xxh3 ", want, ", file ", digest.xxh3,
+               "): the file was modified or damaged after it was written");
+  }
+  return {};
+}
+
 // The checks after the manifest parsed; returns the reason of the first failure, empty if none.
 std::string check_files(const std::string& dir, const nlohmann::json& manifest) {
   const std::string base = std::filesystem::path(dir).filename().string();
@@ -29,45 +60,29 @@ std::string check_files(const std::string& dir, const nlohmann::json& manifest) 
   }
   std::string buffer;
   for (const auto& [name, entry] : manifest.at("files").items()) {
-    const std::string path = dir + "/" + name;
-    const auto want_bytes = entry.at("bytes").get<std::uint64_t>();
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) {
-      return str(name, ": missing (the manifest lists it with ", want_bytes, " bytes)");
-    }
-    if (static_cast<std::uint64_t>(st.st_size) != want_bytes) {
-      return str(name, ": size ", st.st_size, " bytes but the manifest says ", want_bytes,
-                 ": the file was truncated or replaced");
-    }
-    FileDigest digest;
-    try {
-      digest = digest_file(path, buffer);
-    } catch (const CheckpointError& e) {
-      return str(name, ": ", e.what());
-    }
-    const auto want = entry.at("xxh3").get<std::string>();
-    if (digest.xxh3 != want) {
-      return str(name, ": checksum mismatch (manifest xxh3 ", want, ", file ", digest.xxh3,
-                 "): the file was modified or damaged after it was written");
-    }
+    std::string reason = check_file(dir, name, entry, buffer);
+    if (!reason.empty()) return reason;
   }
   // Every listed tensor present with its shape: the files are HDF5 and hold what the manifest says.
   struct Expected {
     std::string name;
     std::string dataset;
     std::vector<std::int64_t> shape;
+    std::string dtype;  ///< empty: not checked
   };
   std::map<std::string, std::vector<Expected>> by_file;
   for (const auto& [name, t] : manifest.at("tensors").items()) {
     by_file[t.at("file").get<std::string>()].push_back(
-        {name, t.at("dataset").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>()});
+        {name, t.at("dataset").get<std::string>(), t.at("shape").get<std::vector<std::int64_t>>(),
+         t.at("dtype").get<std::string>()});
   }
   if (manifest.contains("rng") && manifest.at("rng").is_object()) {
     const auto& rng = manifest.at("rng");
     by_file[rng.value("file", std::string("rng.h5"))].push_back(
         {"rng",
          rng.value("dataset", std::string("/cpu")),
-         {rng.value("ranks", std::int64_t{0}), rng.value("bytes", std::int64_t{0})}});
+         {rng.value("ranks", std::int64_t{0}), rng.value("bytes", std::int64_t{0})},
+         "uint8"});
   }
   for (const auto& [file, expected] : by_file) {
     std::vector<std::string> datasets;
@@ -87,6 +102,11 @@ std::string check_files(const std::string& dir, const nlohmann::json& manifest) 
       if (found[i]->shape != e.shape) {
         return str(file, ": tensor '", e.name, "' has shape ", slab::shape_text(found[i]->shape),
                    " but the manifest says ", slab::shape_text(e.shape));
+      }
+      if (!e.dtype.empty() && found[i]->dtype != e.dtype) {
+        return str(file, ": tensor '", e.name, "' holds ", found[i]->dtype,
+                   " but the manifest says dtype ", e.dtype,
+                   ": the manifest was edited, or the file replaced");
       }
     }
   }
@@ -118,6 +138,18 @@ Verification verify(const std::string& dir) {
   return v;
 }
 
+std::string verify_file(const std::string& dir, const nlohmann::json& manifest,
+                        const std::string& name) {
+  const nlohmann::json& files = manifest.at("files");
+  if (!files.contains(name)) return str(name, ": not listed in ", kManifestFile);
+  std::string buffer;
+  try {
+    return check_file(dir, name, files.at(name), buffer);
+  } catch (const std::exception& e) {
+    return str(name, ": ", e.what());
+  }
+}
+
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code ec;
@@ -136,6 +168,11 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
 
 std::optional<std::string> read_latest(const std::string& run_dir) {
   const std::string path = checkpoints_dir(run_dir) + "/" + kLatestFile;
+  struct stat st {};
+  // Only a small regular file: reading a FIFO would block.
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) {
+    return std::nullopt;
+  }
   std::string text;
   try {
     text = io::read_file(path);
@@ -166,6 +203,25 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
     return choice;
   }
   const auto latest = read_latest(run_dir);
+  const std::string latest_path = checkpoints_dir(run_dir) + "/" + kLatestFile;
+  struct stat latest_st {};
+  if (!latest && ::stat(latest_path.c_str(), &latest_st) == 0) {
+    // Present but not a step_<N> name (garbage, a path such as ../../etc): say so, then scan.
+    std::string text;
+    try {
+      text = S_ISREG(latest_st.st_mode) && latest_st.st_size <= 4096 ? io::read_file(latest_path)
+                                                                      : std::string("(not a small file)");
+    } catch (const CheckpointError& e) {
+      text = e.what();
+    }
+    while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+    std::string shown;
+    for (unsigned char c : clip(text, 80)) {
+      shown += c >= 32 && c < 127 ? std::string(1, static_cast<char>(c)) : str("\\x", std::hex, +c);
+    }
+    choice.skipped.push_back(str(latest_path, " holds '", shown,
+                                 "', not the name of a checkpoint (step_<N>): ignored"));
+  }
   if (latest) {
     const Verification v = verify(*latest);
     if (v.ok) {

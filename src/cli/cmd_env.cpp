@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/nccl_communicator.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
@@ -34,6 +35,7 @@ EnvOptions g_env;
 
 std::string hdf5_version() {
   unsigned major = 0, minor = 0, release = 0;
+  auto hold = data::lock_hdf5();  // HDF5 is not thread-safe: every call holds the lock
   H5get_libversion(&major, &minor, &release);
   return str(major, ".", minor, ".", release);
 }

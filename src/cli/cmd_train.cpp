@@ -15,7 +15,6 @@
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
-#include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/train_config.hpp"
 #include "hpctrain/train/trainer.hpp"
@@ -96,7 +95,6 @@ int run_train(CommandContext& ctx) {
   runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
   const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
   if (g_train.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp);
-  runtime::install_stop_signal_handlers();
   Session session = make_session(ctx, tp);
   train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
   train::TrainOutcome outcome = trainer.run();

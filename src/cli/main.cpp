@@ -1,6 +1,8 @@
 // hpctrain: one binary, one subcommand per task. main() only parses the command line, starts the
 // runtime and calls in; how the process ends on an error is decided here and nowhere else.
 
+#include <c10/util/Exception.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -8,10 +10,12 @@
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 
@@ -145,17 +149,38 @@ int run_main(int argc, char** argv) {
                                             : log::Level::kInfo;
   log::configure(rt.world_rank(), rt.host(), level, global.log_all_ranks);
   runtime::Watchdog::start(global.collective_timeout);
+  // A stop signal ends any command at once with 75 (the train step loop agrees on it instead).
+  static std::string command_name;
+  for (const std::string& part : chosen->path) command_name += (command_name.empty() ? "" : " ") + part;
+  runtime::install_stop_signal_handlers(command_name.c_str());
 
   CommandContext ctx{rt, global};
   try {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
     return chosen->run(ctx);
+  } catch (const AgreedError& e) {
+    // The same error on every rank: one message, and every rank stops by itself.
+    if (rt.world_rank() == 0) log::error(clip(e.what(), 8000));
+    return e.exit_code();
   } catch (const Error& e) {
-    log::error(e.what());
+    // Messages name values; a huge one (a 1 MB --set value) must not make a huge line.
+    log::error(clip(e.what(), 8000));
     if (rt.world_size() > 1) runtime::abort_job(e.exit_code());
     return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    log::error(
+        "out of memory (an allocation failed): a size in the config or a data file asks for more "
+        "memory than this machine has; check the sizes named in the config (model.*, "
+        "data.batch_size, eval.batch_size) and the files' shapes (hpctrain inspect data)");
+    if (rt.world_size() > 1) runtime::abort_job(kExitError);
+    return kExitError;
+  } catch (const c10::Error& e) {
+    // LibTorch's own message, without its C++ stack trace.
+    log::error(str("unexpected failure in LibTorch: ", clip(e.what_without_backtrace(), 2000)));
+    if (rt.world_size() > 1) runtime::abort_job(kExitError);
+    return kExitError;
   } catch (const std::exception& e) {
-    log::error(str("unexpected failure: ", e.what()));
+    log::error(str("unexpected failure: ", clip(e.what(), 2000)));
     if (rt.world_size() > 1) runtime::abort_job(kExitError);
     return kExitError;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "dataset_internal.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
@@ -15,6 +16,9 @@ namespace hpctrain::data::detail {
 namespace {
 
 constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
+// Class indices beyond this are damage, not classes (a model's output layer could not hold them);
+// the bound also keeps every per-class allocation (inspect's histogram) small.
+constexpr std::int64_t kMaxClasses = std::int64_t{1} << 24;
 
 class ClassificationDataset final : public Dataset {
  public:
@@ -209,6 +213,11 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
     throw DataError(str(where_labels, ": attribute num_classes = ", *file_classes,
                         " should be a positive integer"));
   }
+  if (file_classes && *file_classes > static_cast<double>(kMaxClasses)) {
+    throw DataError(str(where_labels, ": attribute num_classes = ", *file_classes,
+                        " is more than hpctrain supports (", kMaxClasses,
+                        "): the attribute is damaged, or the labels are not class indices"));
+  }
   std::int64_t num_classes = file_classes ? static_cast<std::int64_t>(*file_classes) : 0;
   if (expect.num_classes > 0 && num_classes > 0 && num_classes != expect.num_classes) {
     throw DataError(str(label, ": the file has num_classes = ", num_classes,
@@ -238,10 +247,17 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
         where_labels);
     for (std::int64_t i = 0; i < count; ++i) {
       const std::int64_t value = dst[i];
-      if (value < 0 || (num_classes > 0 && value >= num_classes)) {
+      // Unsigned labels above INT64_MAX arrive saturated by HDF5's conversion: out of range too.
+      if (value < 0 || (num_classes > 0 && value >= num_classes) ||
+          (num_classes == 0 && value >= kMaxClasses)) {
         throw DataError(str(where_labels, ": label ", value, " at index ", begin + i,
-                            " is outside [0, ", num_classes > 0 ? str(num_classes) : "inf", ")",
-                            file_classes ? " (attribute num_classes)" : " (the model's classes)",
+                            value == std::numeric_limits<std::int64_t>::max()
+                                ? " (or beyond: an unsigned label above 2^63-1)"
+                                : "",
+                            " is outside [0, ", num_classes > 0 ? num_classes : kMaxClasses, ")",
+                            file_classes          ? " (attribute num_classes)"
+                            : num_classes > 0     ? " (the model's classes)"
+                                                  : " (the most classes hpctrain supports)",
                             ": labels must be class indices 0..num_classes-1; fix the file or "
                             "its num_classes attribute"));
       }

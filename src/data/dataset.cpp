@@ -64,7 +64,7 @@ std::string root_objects(hid_t file) {
 }  // namespace
 
 std::string file_label(const std::string& path, const std::string& config_key) {
-  return str(config_key.empty() ? "data" : config_key, " file '", path, "'");
+  return str(config_key.empty() ? "data" : config_key, " file '", clip(path), "'");
 }
 
 SortedRequest sort_request(const std::vector<std::int64_t>& indices, std::int64_t num_samples,
@@ -235,6 +235,16 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
   if (S_ISDIR(st.st_mode)) {
     throw DataError(str(label, " is a directory, expected an HDF5 file such as ", path,
                         "/train.h5: ", fix_path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    // Opening a FIFO blocks until a writer appears, and a device or socket is no dataset.
+    throw DataError(str(label, " is not a regular file (",
+                        S_ISFIFO(st.st_mode)   ? "a FIFO"
+                        : S_ISCHR(st.st_mode)  ? "a character device"
+                        : S_ISBLK(st.st_mode)  ? "a block device"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                                               : "not a file",
+                        "): a dataset is an HDF5 file; ", fix_path));
   }
   if (::access(path.c_str(), R_OK) != 0) {
     throw DataError(str(label, " cannot be read (", std::strerror(errno),

@@ -1,6 +1,8 @@
 #include "hpctrain/data/hdf5_util.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -42,6 +44,23 @@ std::int64_t attr_elements(hid_t attr, const std::string& where) {
   return HPCTRAIN_H5_AS(ErrorType, H5Sget_simple_extent_npoints(space.get()), where);
 }
 
+std::string tidy_driver_message(const std::string& text) {
+  // HDF5's file drivers describe a failed system call in one long line: "file write failed:
+  // time = ..., filename = '...', file descriptor = 7, errno = 28, error message = 'No space
+  // left on device', buf = 0x..., total write size = 4096, bytes this sub-write = 4096, bytes
+  // actually written = 18446744073709551615, offset = 0". Keep what failed and why.
+  const std::size_t errno_at = text.find("errno = ");
+  const std::size_t message_at = text.find("error message = '");
+  if (errno_at == std::string::npos || message_at == std::string::npos) return text;
+  const int err = std::atoi(text.c_str() + errno_at + 8);
+  const std::size_t begin = message_at + 17;
+  const std::size_t end = text.find('\'', begin);
+  const std::string what = text.substr(0, std::min(text.find(':'), text.size()));
+  const std::string why = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  return str(what, ": ", why, " (errno ", err, ")",
+             err == 28 || err == 122 ? ": free space (or quota) on that file system" : "");
+}
+
 }  // namespace
 
 void silence_errors() {
@@ -52,7 +71,7 @@ std::string take_error_detail() {
   std::string detail;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_innermost, &detail);
   H5Eclear2(H5E_DEFAULT);
-  return detail;
+  return tidy_driver_message(detail);
 }
 
 std::string call_error_message(const std::string& where, const char* call, const char* file,

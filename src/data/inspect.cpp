@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iomanip>
+#include <map>
 #include <sstream>
 
 #include "hpctrain/data/dataset.hpp"
@@ -17,6 +18,7 @@ namespace {
 
 // Label histograms are shown for files up to this many samples (one int64 read of /labels).
 constexpr std::int64_t kMaxHistogram = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxHistogramClasses = 1000;
 
 std::string filters_of(hid_t dataset, const std::string& where) {
   h5::Handle plist(HPCTRAIN_H5(H5Dget_create_plist(dataset), where), H5Pclose);
@@ -123,11 +125,19 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
       HPCTRAIN_H5(
           H5Dread(labels.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()),
           label);
-      std::vector<std::int64_t> counts(static_cast<std::size_t>(info.num_classes), 0);
-      for (auto v : all) ++counts[static_cast<std::size_t>(v)];
+      // Counted by value, not in a vector of num_classes: the class count comes from the file.
+      std::map<std::int64_t, std::int64_t> counts;
+      for (auto v : all) ++counts[v];
       out << "labels    ";
-      for (std::size_t c = 0; c < counts.size(); ++c)
-        out << (c ? " " : "") << c << ":" << counts[c];
+      if (info.num_classes <= kMaxHistogramClasses) {
+        for (std::int64_t c = 0; c < info.num_classes; ++c) {
+          const auto it = counts.find(c);
+          out << (c ? " " : "") << c << ":" << (it == counts.end() ? 0 : it->second);
+        }
+      } else {
+        out << counts.size() << " distinct of " << info.num_classes << " classes (histogram "
+            << "shown for up to " << kMaxHistogramClasses << " classes)";
+      }
       out << "\n";
     }
     Batch batch = dataset->read(first);

@@ -1,5 +1,7 @@
 #include "hpctrain/data/sampler.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <numeric>
 
@@ -82,6 +84,18 @@ TrainSampler::TrainSampler(std::int64_t num_samples, std::int64_t global_batch, 
   if (global_batch < 1) {
     throw ConfigError(
         str("global batch ", global_batch, " must be at least 1: check data.batch_size"));
+  }
+  // The sample order of an epoch is a vector of num_samples indices: a file that declares far
+  // more samples than memory holds (a damaged or hostile shape) is refused here, naming the
+  // count, instead of failing later with a bare std::bad_alloc.
+  const double order_bytes = static_cast<double>(num_samples) * sizeof(std::int64_t);
+  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                        static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && order_bytes > memory / 2) {
+    throw DataError(str("the training set declares ", num_samples,
+                        " samples: the order of one epoch would take ", format_bytes(order_bytes),
+                        ", more than half of this machine's memory (", format_bytes(memory),
+                        "): check the file's /inputs and /labels shapes (hpctrain inspect data)"));
   }
   if (num_samples < global_batch) {
     throw DataError(str("the training set holds ", num_samples,

@@ -110,6 +110,16 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
       return p;
     }
     p.epoch = manifest.value("epoch", std::int64_t{0});
+    // The stored config is parsed only once it verifies: a damaged one (a stray byte, a split
+    // pointed elsewhere, a FIFO in its place) is a damaged checkpoint, not a config error.
+    if (manifest.at("files").contains("config.yaml")) {
+      const std::string reason = checkpoint::verify_file(dir, manifest, "config.yaml");
+      if (!reason.empty()) {
+        p.status = "bad";
+        p.message = str("checkpoint '", dir, "' does not verify: ", reason);
+        return p;
+      }
+    }
     p.config_text = RunConfig::read_text(dir, run_dir, p.config_origin);
     RunConfig config(p.config_text, p.config_origin);
     EvalKey& key = p.key;
@@ -160,10 +170,11 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     p.message = e.what();
     p.code = e.exit_code();
   } catch (const std::exception& e) {
-    p.status = "error";
-    p.message = str("checkpoint '", dir, "': ", e.what());
-    p.code = kExitError;
+    // Only the manifest's fields are read here, and parse_manifest checked their types.
+    p.status = "bad";
+    p.message = str("checkpoint '", dir, "' does not verify: ", checkpoint::kManifestFile, ": ", e.what());
   }
+  if (p.status == "error" || p.status == "bad") p.config_text.clear();
   return p;
 }
 

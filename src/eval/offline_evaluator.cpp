@@ -185,7 +185,11 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
                                         bool strict) {
   ResultStore store = store_for(run_dir);
   std::string text;
-  if (is_rank0()) text = planner.plan(run_dir, dir, store).to_json().dump();
+  if (is_rank0()) {
+    text = planner.plan(run_dir, dir, store)
+               .to_json()
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
   const CheckpointPlan plan = CheckpointPlan::from_json(nlohmann::json::parse(decide(text)));
   if (plan.status == "error") throw Error(plan.message, plan.code);
   if (plan.status == "gone" || plan.status == "bad") {

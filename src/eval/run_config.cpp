@@ -1,5 +1,7 @@
 #include "hpctrain/eval/run_config.hpp"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -35,6 +37,12 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
 std::string RunConfig::read_text(const std::string& checkpoint_dir, const std::string& run_dir,
                                  std::string& origin) {
   for (const std::string& path : {checkpoint_dir + "/config.yaml", run_dir + "/config.yaml"}) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) continue;
+    if (!S_ISREG(st.st_mode)) {
+      // A FIFO would block the open.
+      throw ConfigError(str(path, " is not a regular file: the model cannot be rebuilt from it"));
+    }
     std::ifstream in(path);
     if (!in) continue;
     std::ostringstream text;

@@ -1,6 +1,9 @@
 #include "hpctrain/runtime/config.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -38,7 +41,7 @@ void collect_leaves(const YAML::Node& node, const std::string& prefix,
 }
 
 std::string describe(const YAML::Node& node) {
-  if (node.IsScalar()) return "'" + node.Scalar() + "'";
+  if (node.IsScalar()) return "'" + clip(node.Scalar()) + "'";
   if (node.IsSequence()) return "a list";
   if (node.IsMap()) return "a map";
   return "null";
@@ -53,6 +56,74 @@ const char* type_name() {
   return "a list";
 }
 
+// The first byte offset of `text` that is not well-formed UTF-8, or npos.
+std::size_t invalid_utf8(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t extra = 0;
+    unsigned min = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      extra = 1;
+      min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      extra = 2;
+      min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      extra = 3;
+      min = 0x10000;
+    } else {
+      return i;
+    }
+    if (i + extra >= text.size()) return i;  // truncated sequence
+    unsigned code = c & (0x3F >> extra);
+    for (std::size_t k = 1; k <= extra; ++k) {
+      const auto d = static_cast<unsigned char>(text[i + k]);
+      if ((d & 0xC0) != 0x80) return i;
+      code = (code << 6) | (d & 0x3F);
+    }
+    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
+    i += extra + 1;
+  }
+  return std::string::npos;
+}
+
+// Rejects a map that holds a key twice, anywhere in the tree. yaml-cpp keeps both entries and
+// lookups find the first, while PyYAML and the resolved config.yaml readers take the last: the
+// run would use one value and its record show another.
+void check_duplicate_keys(const YAML::Node& node, const std::string& prefix,
+                          const std::string& origin, int depth = 0) {
+  // An alias inside its own anchor (`tp: &a [*a]`) makes the tree a cycle that every later walk
+  // (this one, the emitter of the resolved config) would follow forever.
+  constexpr int kMaxDepth = 32;
+  if (depth > kMaxDepth) {
+    throw ConfigError(str(origin, ": '", clip(prefix), "' nests deeper than ", kMaxDepth,
+                          " levels (an alias inside its own anchor?): a config is a few levels "
+                          "of sections and keys"));
+  }
+  if (node.IsMap()) {
+    std::map<std::string, int> first_line;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) continue;
+      const std::string key = kv.first.Scalar();
+      const std::string full = prefix.empty() ? key : prefix + "." + key;
+      const int line = kv.first.Mark().line + 1;
+      const auto [it, inserted] = first_line.emplace(key, line);
+      if (!inserted) {
+        throw ConfigError(str(origin, ": ", kv.second.IsMap() ? "section" : "key", " '", clip(full),
+                              "' is given twice, at line ", it->second, " and at line ", line,
+                              ": keep one (YAML readers disagree on which one counts)"));
+      }
+      check_duplicate_keys(kv.second, full, origin, depth + 1);
+    }
+  } else if (node.IsSequence()) {
+    for (const auto& item : node) check_duplicate_keys(item, prefix, origin, depth + 1);
+  }
+}
+
 }  // namespace
 
 Config::Config()
@@ -63,10 +134,17 @@ Config::Config()
 Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
   config.origin_ = origin;
+  if (const std::size_t bad = invalid_utf8(text); bad != std::string::npos) {
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
+    throw ConfigError(str(origin, ": byte 0x", std::hex, +static_cast<unsigned char>(text[bad]),
+                          std::dec, " at line ", line,
+                          " is not UTF-8: a config is UTF-8 text; re-save it as UTF-8"));
+  }
   try {
     YAML::Node node = YAML::Load(text);
     if (node.IsNull()) node = YAML::Node(YAML::NodeType::Map);
     if (!node.IsMap()) throw ConfigError(str(origin, ": the top level must be a map of sections"));
+    check_duplicate_keys(node, "", origin);
     config.root_ = node;
   } catch (const YAML::Exception& e) {
     throw ConfigError(str(origin, ": YAML syntax error at line ", e.mark.line + 1, ", column ",
@@ -76,6 +154,13 @@ Config Config::parse(const std::string& text, const std::string& origin) {
 }
 
 Config Config::load(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // Opening a FIFO would block until something writes to it.
+    throw ConfigError(str("config file '", clip(path), "' is not a regular file",
+                          S_ISDIR(st.st_mode) ? " (a directory)" : "",
+                          ": pass a YAML file (configs/ holds the shipped configs)"));
+  }
   std::ifstream in(path);
   if (!in) {
     throw ConfigError(str("config file '", path,
@@ -90,7 +175,7 @@ Config Config::load(const std::string& path) {
 void Config::set(const std::string& assignment) {
   auto eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    throw ConfigError(str("override '", assignment,
+    throw ConfigError(str("override '", clip(assignment),
                           "' must look like section.key=value, e.g. "
                           "--set optim.lr=3e-4"));
   }
@@ -99,11 +184,11 @@ void Config::set(const std::string& assignment) {
   std::vector<std::string> parts;
   std::stringstream split(key);
   for (std::string part; std::getline(split, part, '.');) {
-    if (part.empty()) throw ConfigError(str("override '", assignment, "': empty key component"));
+    if (part.empty()) throw ConfigError(str("override '", clip(assignment), "': empty key component"));
     parts.push_back(part);
   }
   if (parts.size() < 2) {
-    throw ConfigError(str("override '", assignment, "' needs a section, e.g. optim.lr=3e-4"));
+    throw ConfigError(str("override '", clip(assignment), "' needs a section, e.g. optim.lr=3e-4"));
   }
   YAML::Node parsed;
   try {
@@ -119,7 +204,8 @@ void Config::set(const std::string& assignment) {
       chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
       next = chain.back()[parts[i]];
     } else if (!next.IsMap()) {
-      throw ConfigError(str("override '", assignment, "': '", parts[i], "' is not a section"));
+      throw ConfigError(
+          str("override '", clip(assignment), "': '", clip(parts[i]), "' is not a section"));
     }
     chain.push_back(next);
   }
@@ -154,7 +240,7 @@ void Config::check_unknown_keys() const {
         best = known;
       }
     }
-    problems.push_back(str("unknown key '", leaf, "'",
+    problems.push_back(str("unknown key '", clip(leaf), "'",
                            best.empty() ? std::string() : str(" (did you mean '", best, "'?)")));
   }
   if (!problems.empty()) {

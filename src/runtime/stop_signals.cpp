@@ -1,25 +1,65 @@
 #include "hpctrain/runtime/stop_signals.hpp"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
+
+#include "hpctrain/runtime/error.hpp"
 
 namespace hpctrain::runtime {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_exit_mode = 1;  // StopMode::kExit until the step loop says otherwise
+char g_what[64] = "hpctrain";
+
+// Appends `text` to `buffer` (of `size` bytes, `used` of them filled). Async-signal-safe.
+void append(char* buffer, std::size_t size, std::size_t& used, const char* text) {
+  for (; *text != '\0' && used + 1 < size; ++text) buffer[used++] = *text;
+  buffer[used] = '\0';
+}
+
+// Ends the process at once: one line on stderr, then _exit (no destructors, no MPI_Finalize: a
+// rank blocked in open(2) of a FIFO or in a collective cannot be unwound). Async-signal-safe.
+[[noreturn]] void exit_now(int signal_number) {
+  char line[256];
+  std::size_t used = 0;
+  append(line, sizeof line, used, "[hpctrain] ");
+  append(line, sizeof line, used, g_what);
+  append(line, sizeof line, used, ": ");
+  append(line, sizeof line, used, signal_name(signal_number));
+  append(line, sizeof line, used,
+         " received outside the training step loop: nothing to save, exiting now with 75 "
+         "(requeue to resume or rerun)\n");
+  ssize_t ignored = ::write(STDERR_FILENO, line, used);
+  (void)ignored;
+  ::_exit(kExitRequeue);
+}
 
 extern "C" void on_stop_signal(int signal_number) {
+  if (g_exit_mode) exit_now(signal_number);
   // Only the flag: anything else (I/O, allocation, MPI) is not async-signal-safe.
   g_stop_signal = signal_number;
 }
 
 }  // namespace
 
-void install_stop_signal_handlers() {
+void install_stop_signal_handlers(const char* what) {
+  std::strncpy(g_what, what, sizeof g_what - 1);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // do not interrupt HDF5/MPI system calls with EINTR
   for (int sig : {SIGUSR1, SIGTERM, SIGINT}) sigaction(sig, &action, nullptr);
+}
+
+void set_stop_mode(StopMode mode) {
+  g_exit_mode = mode == StopMode::kExit ? 1 : 0;
+}
+
+StopMode stop_mode() {
+  return g_exit_mode ? StopMode::kExit : StopMode::kAgree;
 }
 
 int stop_signal_received() {

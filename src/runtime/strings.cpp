@@ -42,6 +42,15 @@ std::string format_seconds(double s) {
   return buf;
 }
 
+std::string clip(const std::string& text, std::size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  const std::size_t keep = max_chars < 40 ? max_chars : max_chars - 30;
+  const std::size_t head = keep * 2 / 3;
+  const std::size_t tail = keep - head;
+  return str(text.substr(0, head), "...(", text.size(), " characters)...",
+             text.substr(text.size() - tail));
+}
+
 std::uint64_t parse_bytes(const std::string& text, const std::string& what) {
   std::size_t pos = 0;
   double value = 0;

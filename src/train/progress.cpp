@@ -2,11 +2,14 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -26,21 +29,62 @@ bool output_is_terminal() {
   return name.rfind("/dev/pts/", 0) == 0 || name.rfind("/dev/tty", 0) == 0;
 }
 
+// Keeps the records of `path` up to `resume_step` and moves those of later steps (a killed run
+// went on past the checkpoint that is being resumed) to `path`.superseded; the kept ones are
+// written to a temporary file renamed over `path`, so a crash leaves the old or the new file.
+void drop_records_after(const std::string& path, std::int64_t resume_step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, dropped;
+  std::int64_t count = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const bool later = !j.is_discarded() && j.is_object() && j.contains("step") &&
+                       j.at("step").is_number_integer() &&
+                       j.at("step").get<std::int64_t>() > resume_step;
+    (later ? dropped : kept) += line + "\n";
+    count += later ? 1 : 0;
+  }
+  in.close();
+  if (count == 0) return;
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream aside(path + ".superseded", std::ios::app);
+    aside << dropped;
+    std::ofstream out(temp, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out || !aside) {
+      throw Error(str("cannot rewrite ", path, " on resume (", std::strerror(errno),
+                      "): check that run.dir is writable and has free space"));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  if (ec) throw Error(str("cannot replace ", path, " on resume: ", ec.message()));
+  log::info(str("metrics.jsonl: moved ", count, " record(s) of steps after ", resume_step,
+                " (written by a run that stopped before its next checkpoint) to ",
+                path, ".superseded"));
+}
+
 }  // namespace
 
 RunLog::RunLog(bool active, const std::string& run_dir, ProgressMode mode, std::int64_t total_steps,
-               bool fresh)
+               std::int64_t resume_step)
     : active_(active), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {
   if (!active_) return;
   live_ = mode == ProgressMode::kLive || (mode == ProgressMode::kAuto && output_is_terminal());
   off_ = mode == ProgressMode::kOff;
   const std::string path = run_dir + "/metrics.jsonl";
   std::error_code ec;
-  if (fresh && std::filesystem::file_size(path, ec) > 0 && !ec) {
+  if (resume_step == 0 && std::filesystem::file_size(path, ec) > 0 && !ec) {
     const auto stamp = std::chrono::duration_cast<std::chrono::seconds>(
                            std::chrono::system_clock::now().time_since_epoch())
                            .count();
     std::filesystem::rename(path, str(path, ".prev-", stamp), ec);
+  } else if (resume_step > 0) {
+    drop_records_after(path, resume_step);
   }
   metrics_.open(path, std::ios::app);
   if (!metrics_) {

@@ -1,5 +1,7 @@
 #include "run_report.hpp"
 
+#include "run_files.hpp"
+
 #include <filesystem>
 #include <fstream>
 
@@ -15,27 +17,11 @@ std::string marker_path(const std::string& run_dir) {
   return run_dir + "/training_complete.json";
 }
 
-// Writes `text` to `path` through a temporary file and a rename, so readers never see half of
-// it. Returns an error message, or "" on success.
-std::string write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return str("cannot write ", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return str("cannot rename ", tmp, " to ", path, ": ", ec.message());
-  return "";
-}
-
 }  // namespace
 
 RunReport::RunReport(bool rank0, const std::string& run_dir, ProgressMode progress,
-                     std::int64_t total_steps, bool fresh)
-    : rank0_(rank0), run_dir_(run_dir), log_(rank0, run_dir, progress, total_steps, fresh) {}
+                     std::int64_t total_steps, std::int64_t resume_step)
+    : rank0_(rank0), run_dir_(run_dir), log_(rank0, run_dir, progress, total_steps, resume_step) {}
 
 void RunReport::clear_completion() {
   if (!rank0_) return;
@@ -46,7 +32,7 @@ void RunReport::clear_completion() {
 void RunReport::write_marker(std::int64_t step, const std::string& reason,
                              const std::string& last_checkpoint) {
   // The marker offline evaluation (--watch) waits for: no more checkpoints will come.
-  const std::string problem = write_atomically(
+  const std::string problem = write_run_file(
       marker_path(run_dir_),
       nlohmann::json{{"step", step}, {"reason", reason}, {"last_checkpoint", last_checkpoint}}
               .dump() +
@@ -58,17 +44,18 @@ void RunReport::finish(TrainOutcome& outcome, const PhaseSeconds& phases, const 
                        const std::string& last_checkpoint, comm::ControlPlane& world) {
   auto ledger = build_ledger(phases, facts, world);
   if (!rank0_) return;
-  const std::string problem = write_atomically(run_dir_ + "/ledger.json", ledger.dump(2) + "\n");
+  const std::string problem = write_run_file(run_dir_ + "/ledger.json", ledger.dump(2) + "\n");
+  if (!problem.empty()) {
+    // The run trained and saved, but its account is missing: say so, and do not end with 0.
+    log::warn(str("the compute ledger was not written: ", problem));
+    outcome.reason += str("; ledger.json not written (", problem, ")");
+  }
   log_.record({{"type", "end"}, {"step", outcome.steps}, {"reason", outcome.reason}});
   log_.line(str("stopped after step ", outcome.steps, ": ", outcome.reason));
   log_.line(ledger_summary(ledger));
-  if (!problem.empty()) {
-    log::error(str("the compute ledger was not saved (", problem,
-                   "): check that run.dir is writable; the checkpoints are complete"));
-    if (outcome.exit_code == 0) outcome.exit_code = kExitError;
-    return;
-  }
   if (outcome.exit_code == 0) write_marker(outcome.steps, outcome.reason, last_checkpoint);
+  // Training is complete (the marker says so), but the run's outputs are not: exit 1.
+  if (!problem.empty() && outcome.exit_code == kExitOk) outcome.exit_code = kExitError;
 }
 
 void RunReport::finish_completed(std::int64_t step, const LedgerFacts& facts,
@@ -93,7 +80,7 @@ void RunReport::finish_completed(std::int64_t step, const LedgerFacts& facts,
         str("the job that trained this run ended after its final checkpoint (step ", step,
             ") and before writing this ledger; it was rebuilt from that checkpoint by a restart, "
             "without the run's timings");
-    const std::string problem = write_atomically(run_dir_ + "/ledger.json", j.dump(2) + "\n");
+    const std::string problem = write_run_file(run_dir_ + "/ledger.json", j.dump(2) + "\n");
     if (!problem.empty()) log::warn(str("ledger not reconstructed: ", problem));
   }
   if (!std::filesystem::exists(marker_path(run_dir_), ec)) {

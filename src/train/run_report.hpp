@@ -30,7 +30,8 @@ class RunReport {
   /// Ends the run's report: builds the ledger from every rank's phases (collective over
   /// `world`), and on rank 0 writes ledger.json, the end record, the summary lines and, when the
   /// run completed (exit code 0), the completion marker naming `last_checkpoint`. A ledger that
-  /// cannot be written is reported and makes the outcome a failure (exit 1). Collective.
+  /// cannot be written is reported, named in the reason, and makes the exit code 1 (training and
+  /// its checkpoints are complete; the run's account is not). Collective.
   void finish(TrainOutcome& outcome, const PhaseSeconds& phases, const LedgerFacts& facts,
               const std::string& last_checkpoint, comm::ControlPlane& world);
   /// A restart found the run complete (its final checkpoint is at `step`): the job that saved it

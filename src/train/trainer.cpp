@@ -8,6 +8,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
 #include "hpctrain/comm/communicator.hpp"
@@ -32,6 +33,8 @@
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
+#include "input_checks.hpp"
+#include "run_files.hpp"
 #include "run_report.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
@@ -60,13 +63,39 @@ nlohmann::json TrainerState::to_json() const {
 }
 
 TrainerState TrainerState::from_json(const nlohmann::json& j) {
+  // A manifest whose checksum was recomputed after an edit passes verification: every field is
+  // checked here, and a bad one named (exit 4), instead of a JSON library message.
+  auto field = [&j](const char* key, std::optional<std::int64_t> fallback) -> std::int64_t {
+    if (!j.is_object()) {
+      throw CheckpointError("manifest.json: \"trainer_state\" should be an object: the "
+                            "checkpoint was not written by hpctrain train; resume from another");
+    }
+    if (!j.contains(key) && fallback) return *fallback;
+    if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<std::int64_t>() < 0) {
+      throw CheckpointError(str("manifest.json: trainer_state.", key,
+                                " should be a non-negative integer: the manifest was edited or "
+                                "was not written by hpctrain train; resume from another checkpoint"));
+    }
+    return j.at(key).get<std::int64_t>();
+  };
   TrainerState s;
-  s.step = j.at("step").get<std::int64_t>();
-  s.sampler.epoch = j.at("epoch").get<std::int64_t>();
-  s.sampler.offset_in_epoch = j.at("offset_in_epoch").get<std::int64_t>();
-  s.sampler.global_step = j.at("global_step").get<std::int64_t>();
-  s.sampler.consumed_samples = j.at("consumed_samples").get<std::int64_t>();
-  s.skipped_steps = j.value("skipped_steps", std::int64_t{0});
+  s.step = field("step", std::nullopt);
+  s.sampler.epoch = field("epoch", std::nullopt);
+  s.sampler.offset_in_epoch = field("offset_in_epoch", std::nullopt);
+  s.sampler.global_step = field("global_step", std::nullopt);
+  s.sampler.consumed_samples = field("consumed_samples", std::nullopt);
+  s.skipped_steps = field("skipped_steps", 0);
+  if (j.contains("best_metric") && !j.at("best_metric").is_number()) {
+    throw CheckpointError("manifest.json: trainer_state.best_metric should be a number");
+  }
+  field("evals_without_improvement", 0);
+  if (j.contains("best_step") && !j.at("best_step").is_number_integer()) {
+    throw CheckpointError("manifest.json: trainer_state.best_step should be an integer");
+  }
+  if (j.contains("interrupted_eval_step") && !j.at("interrupted_eval_step").is_number_integer()) {
+    throw CheckpointError("manifest.json: trainer_state.interrupted_eval_step should be an integer");
+  }
+  if (j.contains("optimizer_steps")) field("optimizer_steps", 0);
   s.eval = eval::EvalProgress::from_json(j);
   return s;
 }
@@ -143,6 +172,8 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
     m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options());
   }
 
+  check_model_input_fits_data(model_section, m.train_data->info(), "data.train");
+  if (m.val_data) check_model_input_fits_data(model_section, m.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
   model::ModelContext ctx{m.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
   m.model = model::build_model(model_section, ctx);
@@ -169,11 +200,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   }
   m.config_text = config.dump();
   if (m.is_rank0()) {
-    std::filesystem::create_directories(cfg.run.dir);
-    std::ofstream out(cfg.run.dir + "/config.yaml");
-    out << "# resolved configuration (file, --set overrides and defaults) written by hpctrain\n"
-        << m.config_text;
-    if (!out) throw Error(str("cannot write ", cfg.run.dir, "/config.yaml: check run.dir"));
+    create_run_dir(cfg.run.dir);
+    const std::string error = write_run_file(
+        cfg.run.dir + "/config.yaml",
+        "# resolved configuration (file, --set overrides and defaults) written by hpctrain\n" +
+            m.config_text);
+    if (!error.empty()) throw ConfigError(str("run.dir = ", cfg.run.dir, ": ", error));
   }
 
   // Collectives from here on.
@@ -358,7 +390,7 @@ TrainOutcome Trainer::run() {
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
   RunReport report(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
-                   /*fresh=*/m.state.step == 0);
+                   /*resume_step=*/m.state.step);
   RunLog& log = report.log();
   log::info(str("training ", m.model_name, " (", m.model->logical_parameter_count(),
                 " parameters) on ", grid.describe(), ", ", m.global_batch, " samples per step (",
@@ -387,6 +419,9 @@ TrainOutcome Trainer::run() {
   comm::StopAgreement stop_agreement(*m.env.control.world);
   TrainOutcome outcome;
   outcome.reason = "completed";
+  // From here a stop signal is agreed on and acted on at a step boundary (save, exit 75); before
+  // (opening files, resuming) it ended the process at once: there was nothing to save.
+  runtime::StopModeScope agree_on_stop(runtime::StopMode::kAgree);
   bool stop = false;
   if (m.evals->owes(m.state.step)) {
     // A stop signal interrupted this step's evaluation in the previous job: run it first, and

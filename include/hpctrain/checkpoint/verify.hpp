@@ -2,6 +2,7 @@
 // Finding and verifying checkpoints without loading them: what resolve("auto") and
 // `hpctrain inspect checkpoint` build on. Everything here is local (no MPI) and reads files only.
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@ struct Verification {
 /// checksum (each file read once); every HDF5 file openable and holding each listed tensor with
 /// its recorded shape. Local. Holds the process-wide HDF5 lock while it calls HDF5.
 Verification verify(const std::string& dir);
+
+/// Checks one file that the (parsed) `manifest` of checkpoint `dir` lists: a regular file with
+/// the recorded size and xxh3. Returns the reason it fails ("config.yaml: checksum mismatch
+/// ..."), empty when it verifies. Lets a reader check a small file before parsing it without
+/// checksumming the whole checkpoint. Local.
+std::string verify_file(const std::string& dir, const nlohmann::json& manifest,
+                        const std::string& name);
 
 /// Committed checkpoints of a run (<run_dir>/checkpoints/step_<N> directories; never temporary
 /// ones), newest (highest step) first, as full paths. Local; does not verify them.

@@ -1,13 +1,37 @@
 #pragma once
 // Stop requests from the scheduler: SIGUSR1 (Slurm's --signal), SIGTERM (preemption, scancel) and
-// SIGINT only set a flag here (async-signal-safe). The trainer combines the flag across all ranks
-// at a step boundary and then every rank saves and exits together (docs/ARCHITECTURE.md, invariant
-// 2).
+// SIGINT. What a signal does depends on where the process is:
+//  - in the training step loop (StopMode::kAgree) it only sets a flag (async-signal-safe); the
+//    trainer combines the flag across all ranks at a step boundary, then every rank saves and
+//    exits together (docs/ARCHITECTURE.md, invariant 2);
+//  - anywhere else (StopMode::kExit: before the loop starts, while files are opened and checked,
+//    in evaluation-only commands) there is nothing to save, and the process may be blocked in a
+//    system call that would restart (a FIFO given as a data file): the handler writes one line to
+//    stderr and ends the process at once with kExitRequeue (75), so a requeued job starts over.
 
 namespace hpctrain::runtime {
 
-/// Installs the handlers. Local; idempotent.
-void install_stop_signal_handlers();
+/// What a stop signal does; see the file comment.
+enum class StopMode { kExit, kAgree };
+
+/// Installs the handlers (mode kExit until set_stop_mode says otherwise). Local; idempotent.
+/// `what` names the command in the line printed on an immediate exit ("train", "eval").
+void install_stop_signal_handlers(const char* what = "hpctrain");
+/// Switches the mode. A flag set earlier stays set (the step loop acts on it). Local.
+void set_stop_mode(StopMode mode);
+/// The mode in effect. Local.
+StopMode stop_mode();
+/// Holds `mode` for a scope and restores the previous one after. Local.
+class StopModeScope {
+ public:
+  explicit StopModeScope(StopMode mode) : previous_(stop_mode()) { set_stop_mode(mode); }
+  ~StopModeScope() { set_stop_mode(previous_); }
+  StopModeScope(const StopModeScope&) = delete;
+  StopModeScope& operator=(const StopModeScope&) = delete;
+
+ private:
+  StopMode previous_;
+};
 /// The signal number received (0 if none). Local; cheap enough to call every step.
 int stop_signal_received();
 /// Sets the flag as if `signal_number` arrived (tests, time limits). Local.

@@ -25,6 +25,11 @@ std::string format_seconds(double seconds);
 /// The current UTC time as ISO 8601, "2026-11-30T19:32:05Z" (for created_at fields). Local.
 std::string utc_timestamp();
 
+/// `text` cut to at most `max_chars` characters for a message: a long value keeps its start and
+/// end, joined by "...(N characters)...", so a 1 MB `--set` value does not become a 1 MB line.
+/// Local.
+std::string clip(const std::string& text, std::size_t max_chars = 200);
+
 /// Parses "64K", "1M", "2GiB", "1048576" into bytes; throws ConfigError naming `what`. Local.
 std::uint64_t parse_bytes(const std::string& text, const std::string& what);
 

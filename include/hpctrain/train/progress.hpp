@@ -17,10 +17,14 @@ enum class ProgressMode { kAuto, kLive, kPlain, kOff };
 class RunLog {
  public:
   /// `active` is true on the rank that writes (world rank 0).
-  /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file; a run starting
-  /// at step 0 (`fresh`) first moves an existing file aside to metrics.jsonl.prev-<time>. Local.
+  /// Appends to <run_dir>/metrics.jsonl so a resumed run continues the same file, which stays one
+  /// consistent history: a run resuming at `resume_step` > 0 first moves every record of a later
+  /// step (written after that checkpoint by a run that was killed) to metrics.jsonl.superseded,
+  /// so no step is recorded twice. A run starting at step 0 (`resume_step` 0) moves an existing
+  /// file aside to metrics.jsonl.prev-<time>. Throws Error naming the file when it cannot be
+  /// written. Local.
   RunLog(bool active, const std::string& run_dir, ProgressMode mode, std::int64_t total_steps,
-         bool fresh);
+         std::int64_t resume_step);
   ~RunLog();
 
   /// Appends one object to metrics.jsonl (adds "time", seconds since the epoch). Local.

@@ -94,6 +94,42 @@ TEST(CheckpointManifest, DetectsEditsAndDamage) {
             std::string::npos);
 }
 
+// Issue 18: a manifest edited and resealed passes its own checksum; its schema is still checked,
+// naming the field, so nothing downstream meets a null where it expects an object.
+TEST(CheckpointManifest, SchemaOfAResealedManifestIsChecked) {
+  auto problem = [](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = sample_manifest();
+    edit(m);
+    return error_of([&] { parse_manifest(seal_manifest(m), "m"); });
+  };
+  EXPECT_EQ(problem([](nlohmann::json&) {}), "");
+  EXPECT_NE(problem([](nlohmann::json& m) { m["trainer_state"] = nullptr; })
+                .find("\"trainer_state\" should be an object"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["tensors"]["model/fc1.weight"]["dtype"] = "quaternion";
+            }).find("dtype 'quaternion', which is none of the dtypes checkpoints store"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["tensors"]["model/fc1.weight"]["shape"] = {256, -1};
+            }).find("shape of non-negative integers"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["tensors"]["model/fc1.weight"]["split_dim"] = 2;
+            }).find("split_dim 2 outside [-1, 2)"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["files"]["../../etc/passwd"] = {{"bytes", 1u}, {"xxh3", "0123456789abcdef"}};
+            }).find("should be a file name inside the checkpoint"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) { m["rng"] = {{"ranks", 0}, {"bytes", 8}}; })
+                .find("\"rng\" should be null or"),
+            std::string::npos);
+  EXPECT_NE(problem([](nlohmann::json& m) { m["metric"] = "high"; })
+                .find("\"metric\" should be a number or null"),
+            std::string::npos);
+}
+
 TEST(CheckpointManifest, ConfigHash) {
   EXPECT_EQ(xxh3_hex("model:\n  name: mlp\n"), xxh3_hex("model:\n  name: mlp\n"));
   EXPECT_NE(xxh3_hex("a"), xxh3_hex("b"));

@@ -46,6 +46,19 @@ TEST(EpochPermutation, IsAPermutationAndDependsOnSeedAndEpoch) {
   EXPECT_NE(epoch_permutation(1000, 5, 2), iota(1000));
 }
 
+// Issue 18: a file declaring 10^12 samples ended in a bare std::bad_alloc naming nothing.
+TEST(TrainSampler, RefusesMoreSamplesThanMemoryCanOrder) {
+  try {
+    TrainSampler sampler(std::int64_t{1} << 40, 32, 7, true);
+    FAIL() << "a sampler of 2^40 samples was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("the training set declares 1099511627776 samples"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(TrainSampler(60000, 32, 7, true));
+}
+
 TEST(TrainSampler, SequentialWithoutShuffle) {
   TrainSampler sampler(10, 4, 123, /*shuffle=*/false);
   EXPECT_EQ(sampler.epoch_order(0), iota(10));

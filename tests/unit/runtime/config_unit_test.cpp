@@ -2,6 +2,7 @@
 
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain {
 namespace {
@@ -71,6 +72,60 @@ TEST(Config, SyntaxErrorsGiveTheLine) {
   EXPECT_NE(m.find("bad.yaml: YAML syntax error at line"), std::string::npos) << m;
   m = error_of([] { Config::load("/nonexistent/x.yaml"); });
   EXPECT_NE(m.find("cannot be opened"), std::string::npos) << m;
+}
+
+// Issue 18: yaml-cpp kept both entries of a repeated key and lookups found the first, while
+// PyYAML (and so anyone reading the resolved config.yaml) takes the last.
+TEST(Config, DuplicateKeysAndSectionsNameBothLines) {
+  std::string e = error_of([] { Config::parse("optim:\n  lr: 0.001\n  lr: 0.5\n", "d.yaml"); });
+  EXPECT_NE(e.find("d.yaml: key 'optim.lr' is given twice, at line 2 and at line 3"),
+            std::string::npos)
+      << e;
+  e = error_of([] { Config::parse("optim:\n  lr: 1\nrun:\n  seed: 1\noptim:\n  lr: 2\n", "s"); });
+  EXPECT_NE(e.find("section 'optim' is given twice, at line 1 and at line 5"), std::string::npos)
+      << e;
+  e = error_of([] { Config::parse("model:\n  block:\n    w: 1\n    w: 2\n", "n"); });
+  EXPECT_NE(e.find("key 'model.block.w' is given twice"), std::string::npos) << e;
+  // The same key in two different sections is fine.
+  EXPECT_EQ(error_of([] { Config::parse("a:\n  lr: 1\nb:\n  lr: 2\n", "ok"); }), "");
+}
+
+// Found by the fuzz test: an alias inside its own anchor is a cycle that crashed (stack overflow).
+TEST(Config, RecursiveAliasesAreRefused) {
+  std::string e = error_of([] { Config::parse("parallel:\n  tp: &a [*a]\n", "r.yaml"); });
+  EXPECT_NE(e.find("r.yaml: 'parallel.tp' nests deeper than 32 levels"), std::string::npos) << e;
+  e = error_of([] { Config::parse("model: &m\n  block: *m\n", "m.yaml"); });
+  EXPECT_NE(e.find("nests deeper than 32 levels"), std::string::npos) << e;
+}
+
+TEST(Config, TextThatIsNotUtf8IsRefusedWithTheLine) {
+  const std::string e =
+      error_of([] { Config::parse("run:\n  seed: 1\n  name: caf\xe9\n", "latin1.yaml"); });
+  EXPECT_NE(e.find("latin1.yaml: byte 0xe9 at line 3 is not UTF-8"), std::string::npos) << e;
+  EXPECT_EQ(error_of([] { Config::parse("run:\n  name: caf\xc3\xa9\n", "utf8"); }), "");
+  // Overlong and truncated sequences are not UTF-8 either.
+  EXPECT_NE(error_of([] { Config::parse("a: \xc0\xaf\n", "o"); }).find("not UTF-8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { Config::parse("a: \xe2\x82", "t"); }).find("not UTF-8"),
+            std::string::npos);
+}
+
+TEST(Config, LongValuesAreCutInMessages) {
+  const std::string big(1000000, 'x');
+  Config c = Config::parse("data:\n  batch_size: 1\n", "t");
+  c.set("data.batch_size=" + big);
+  const std::string e = error_of([&] { c.section("data").get<int>("batch_size", 0); });
+  EXPECT_NE(e.find("data.batch_size = 'xxx"), std::string::npos) << e.substr(0, 300);
+  EXPECT_NE(e.find("...(1000000 characters)..."), std::string::npos);
+  EXPECT_LT(e.size(), 1000u);
+  EXPECT_LT(error_of([&] { c.set(big); }).size(), 1000u);
+  EXPECT_EQ(clip("short", 200), "short");
+  EXPECT_LE(clip(big, 200).size(), 200u + 30u);
+}
+
+TEST(Config, ANonRegularConfigFileIsRefused) {
+  const std::string e = error_of([] { Config::load("/dev/null"); });
+  EXPECT_NE(e.find("config file '/dev/null' is not a regular file"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -59,8 +60,9 @@ TEST(Grid, IndivisibleWorldIsAClearError) {
   EXPECT_THROW(runtime::validate_grid(4, -2), ConfigError);
 }
 
-TEST(StopSignals, SignalOnlySetsTheFlag) {
+TEST(StopSignals, InTheStepLoopASignalOnlySetsTheFlag) {
   runtime::install_stop_signal_handlers();
+  runtime::StopModeScope agree(runtime::StopMode::kAgree);
   runtime::clear_stop_request();
   EXPECT_EQ(runtime::stop_signal_received(), 0);
   std::raise(SIGUSR1);
@@ -70,6 +72,23 @@ TEST(StopSignals, SignalOnlySetsTheFlag) {
   std::raise(SIGTERM);
   EXPECT_EQ(runtime::stop_signal_received(), SIGTERM);
   runtime::clear_stop_request();
+}
+
+// Issue 18: outside the step loop nothing reads the flag, and a process blocked in open(2) of a
+// FIFO never would: the signal ends the process at once with 75 and one line.
+TEST(StopSignals, OutsideTheStepLoopASignalExitsAt75) {
+  EXPECT_EXIT(
+      {
+        runtime::install_stop_signal_handlers("test");
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(75),
+      "test: SIGTERM received outside the training step loop: nothing to save, exiting now with 75");
+  // The scope restores kExit after the loop.
+  runtime::install_stop_signal_handlers();
+  { runtime::StopModeScope agree(runtime::StopMode::kAgree); }
+  EXPECT_EQ(runtime::stop_mode(), runtime::StopMode::kExit);
 }
 
 }  // namespace
