@@ -24,6 +24,7 @@ struct GlobalOptions {
   std::string device = "auto";        ///< auto | cpu | cuda
   std::string comm_backend = "auto";  ///< auto | mpi | nccl
   double collective_timeout = 600;    ///< seconds before a stuck collective aborts the job
+  std::vector<std::string> plugins;   ///< --plugin: shared libraries of models to load
 };
 
 /// What a command's run function receives.

@@ -8,6 +8,7 @@
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -89,6 +90,9 @@ int run_main(int argc, char** argv) {
                  "Seconds a collective may wait before the job is aborted as hung; 0 disables "
                  "(default 600, or HPCTRAIN_COLLECTIVE_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--plugin", global.plugins,
+                 "Shared library of C++ models to load (repeatable; docs/MODELS.md); the config "
+                 "key model.plugin does the same for one run");
 
   // Build the subcommand tree from the registry ("bench allreduce" nests under "bench").
   std::map<std::string, CLI::App*> groups;
@@ -142,6 +146,7 @@ int run_main(int argc, char** argv) {
 
   CommandContext ctx{rt, global};
   try {
+    for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
     return chosen->run(ctx);
   } catch (const Error& e) {
     log::error(e.what());

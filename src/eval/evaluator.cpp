@@ -19,7 +19,10 @@ double EvalResult::metric(const std::string& name) const {
   if (name == "loss") return loss;
   if (name == "accuracy") return accuracy;
   if (name == "perplexity") return perplexity;
-  throw ConfigError(str("eval metric '", name, "' is unknown: use loss, accuracy or perplexity"));
+  if (name == "mse") return loss;
+  if (name == "mae") return mae;
+  throw ConfigError(
+      str("eval metric '", name, "' is unknown: use loss, accuracy, perplexity, mse or mae"));
 }
 
 bool EvalResult::higher_is_better(const std::string& name) {
@@ -37,8 +40,9 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   const std::int64_t last = batches * (dp.rank() + 1) / dp.size();
   const std::int64_t slots = (batches + dp.size() - 1) / dp.size();  // most batches of any rank
 
-  // Per batch: loss sum, correct, count, samples. Exactly one rank writes each row.
-  torch::Tensor table = torch::zeros({std::max<std::int64_t>(batches, 1), 4}, torch::kDouble);
+  // Per batch: loss sum, correct, count, samples, absolute error sum. Exactly one rank writes
+  // each row.
+  torch::Tensor table = torch::zeros({std::max<std::int64_t>(batches, 1), 5}, torch::kDouble);
   auto rows = table.accessor<double, 2>();
   const bool was_training = model.is_training();
   model.eval();
@@ -93,6 +97,7 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
       rows[b][1] = static_cast<double>(out.correct);
       rows[b][2] = static_cast<double>(out.count);
       rows[b][3] = static_cast<double>(batch.size());
+      rows[b][4] = out.abs_error_sum;
     }
   }
   if (was_training) model.train();
@@ -105,7 +110,9 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   double correct = 0;
   double count = 0;
   double samples = 0;
+  double abs_error = 0;
   for (std::int64_t b = 0; b < batches; ++b) {  // batch order: identical on every world size
+    abs_error += rows[b][4];
     loss_sum += rows[b][0];
     correct += rows[b][1];
     count += rows[b][2];
@@ -116,6 +123,7 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::Communica
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
   result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
+  result.mae = count > 0 ? abs_error / count : 0;
   auto seconds = torch::tensor(
       {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
        reader.wait_seconds()},
@@ -136,6 +144,10 @@ void to_json(nlohmann::json& j, const EvalResult& r) {
                      {"eval_seconds", r.seconds},
                      {"samples_per_s", r.samples_per_second}};
   if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  if (r.task == "regression") {
+    j["mse"] = r.loss;
+    j["mae"] = r.mae;
+  }
   if (r.interrupted) j["interrupted"] = true;
 }
 

@@ -12,6 +12,9 @@ std::vector<checkpoint::TensorRecord> model_records(model::Model& model) {
   for (const auto& item : model.named_parameters(true)) {
     records.push_back({"model/" + item.key(), item.value().detach(), model.shard_info(item.key())});
   }
+  for (const auto& item : model.named_buffers(true)) {  // BatchNorm statistics of user models
+    records.push_back({"model/" + item.key(), item.value(), model.shard_info(item.key())});
+  }
   return records;
 }
 
@@ -25,10 +28,17 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
                         " model: evaluate it on a ", model.task(), " file"));
   }
   if (info.num_samples < 1) throw DataError(str(key, " = ", info.path, " holds no samples"));
-  if (task == "language_model" && info.vocab_size > vocab_size) {
+  if (task == "language_model" && vocab_size > 0 && info.vocab_size > vocab_size) {
     throw DataError(str(key, " = ", info.path, " has a vocabulary of ", info.vocab_size,
                         " tokens but the checkpoint's model.vocab_size is ", vocab_size,
                         ": evaluate it on data made with its tokenizer"));
+  }
+  {
+    // User models (TorchScript) check the shapes of their outputs; built-in models do nothing.
+    data::Batch one = dataset.read_range(0, 1);
+    auto device = model.parameters().front().device();
+    model.check_batch(one.inputs.to(device), one.targets.to(device),
+                      task == "language_model" ? info.vocab_size : info.num_classes, key);
   }
   if (task == "classification") {
     std::string shape;

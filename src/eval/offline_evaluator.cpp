@@ -180,6 +180,10 @@ nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& p
                            {"loss", r.loss},
                            {"accuracy", r.accuracy}};
   if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  if (r.task == "regression") {
+    j["mse"] = r.loss;
+    j["mae"] = r.mae;
+  }
   j["metric"] = metric;
   j["eval_seconds"] = r.seconds;
   j["samples_per_s"] = r.samples_per_second;

@@ -94,7 +94,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     if (c.eval.every_steps < 0) s.fail("every_steps", "must be >= 0 (0: only at the end)");
     if (c.eval.batch_size < 1) s.fail("batch_size", "must be at least 1");
     if (!c.eval.metric.empty()) {
-      s.check_choice("metric", c.eval.metric, {"loss", "accuracy", "perplexity"});
+      s.check_choice("metric", c.eval.metric, {"loss", "accuracy", "perplexity", "mse", "mae"});
     }
     if (c.eval.patience < 0) s.fail("patience", "must be >= 0 (0: no early stopping)");
     if (c.eval.max_samples < 0) s.fail("max_samples", "must be >= 0");

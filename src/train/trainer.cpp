@@ -146,7 +146,7 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   config.check_unknown_keys();
   check_data_fits_model(*m.model, *m.train_data, "data.train");
   if (m.val_data) check_data_fits_model(*m.model, *m.val_data, "data.val");
-  if (m.model->task() == "language_model") {
+  if (m.model->task() == "language_model" && m.model_name != "torchscript") {
     const auto vocab = model_section.get<std::int64_t>("vocab_size", 0);
     for (auto* d : {m.train_data.get(), m.val_data.get()}) {
       if (d && d->info().vocab_size > vocab) {
@@ -186,6 +186,7 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, TrainEnviro
   m.model->to(m.device);
   m.flat = std::make_unique<parallel::FlatParameters>(*m.model);
   parallel::broadcast_parameters(*m.flat, *m.env.comms.dp);
+  parallel::broadcast_buffers(*m.model, *m.env.comms.dp);
   const auto bucket_bytes = static_cast<std::int64_t>(cfg.parallel.bucket_mb * 1024 * 1024);
   m.sync = std::make_unique<parallel::GradientSynchronizer>(*m.flat, m.env.comms.dp, bucket_bytes,
                                                             cfg.parallel.overlap);
@@ -253,7 +254,8 @@ void Trainer::Impl::save(std::int64_t step, const char* why) {
   content.trainer_state["global_batch"] = global_batch;
   content.trainer_state["total_steps"] = total_steps;
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
-  content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
+  content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
+                                  /*snapshot_buffers=*/true);
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
   content.copy = true;
@@ -302,6 +304,9 @@ bool Trainer::Impl::run_eval(std::int64_t step, int& stop_signal, Agree& agree, 
     if (flags[0] != 0) stop_signal = flags[0];
     return flags[0] != 0;
   };
+  // Every rank evaluates with dp rank 0's buffers (BatchNorm statistics drift apart per rank,
+  // each seeing its own slice), the ones a checkpoint of this step saves and offline eval loads.
+  parallel::broadcast_buffers(*model, *env.comms.dp);
   auto result = eval::evaluate(*model, *val_data, *env.comms.dp, options);
   phases.eval += seconds_since(eval_start);
   eval_wall += result.seconds;
@@ -489,6 +494,7 @@ TrainOutcome Trainer::run() {
   facts.task = m.model->task();
   facts.parameters = m.model->logical_parameter_count();
   facts.forward_flops_per_sample = m.model->forward_flops_per_sample();
+  facts.flops_source = m.model->flops_source();
   facts.tokens_per_sample = m.model->task() == "language_model" ? m.train_data->info().seq_len : 1;
   facts.steps = m.state.step - first_step;
   facts.samples_trained = facts.steps * m.global_batch;

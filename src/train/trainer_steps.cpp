@@ -209,6 +209,11 @@ std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
                   static_cast<long long>(step), r.loss, r.perplexity, r.accuracy,
                   static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
                   r.samples_per_second);
+  } else if (r.task == "regression") {
+    std::snprintf(line, sizeof line,
+                  "eval at step %lld: mse %.6g, mae %.6g (%lld samples, %s, %.0f samples/s)",
+                  static_cast<long long>(step), r.loss, r.mae, static_cast<long long>(r.samples),
+                  format_seconds(r.seconds).c_str(), r.samples_per_second);
   } else {
     std::snprintf(line, sizeof line,
                   "eval at step %lld: loss %.4f, accuracy %.4f (%lld samples, %s, %.0f samples/s)",
@@ -243,12 +248,20 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
                         model.task(), " model: point ", key, " at a matching file"));
   }
   data::Batch one = dataset.read({0});
+  auto device = model.parameters().front().device();
+  const std::int64_t classes =
+      info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size : info.num_classes;
+  model.check_batch(one.inputs.to(device), one.targets.to(device), classes, key);
   torch::Tensor outputs;
+  // In evaluation mode: the trial neither draws dropout randomness nor updates batch statistics.
+  const bool was_training = model.is_training();
+  model.eval();
   try {
     torch::NoGradGuard no_grad;
-    auto device = model.parameters().front().device();
     outputs = model.forward(one.inputs.to(device));
+    model.train(was_training);
   } catch (const c10::Error& e) {
+    model.train(was_training);
     std::string shape;
     for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
     throw DataError(str(key, " = ", info.path, ": samples of shape ", shape,
