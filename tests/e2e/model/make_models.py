@@ -3,7 +3,9 @@
 as TorchScript (OUT_DIR/<name>.pt), as a user of hpctrain would. Nothing binary is committed:
 the test writes them every run.
 
-  cnn     conv-BatchNorm-ReLU-pool x2, dropout, linear (Fashion-MNIST 1x28x28 -> 10 logits)
+  cnn     conv-BatchNorm-ReLU-pool x2, dropout, linear (Fashion-MNIST 1x28x28 -> 10 logits); the
+          convolutions have no bias, as usual before BatchNorm: such a bias gets only rounding
+          noise as gradient, which Adam scales up to full steps, so its value would be arbitrary
   resmlp  linear, two pre-norm residual blocks (LayerNorm, linear-ReLU-linear), linear
   linear  one linear map 4 -> 2 (regression)
 and, for the error cases:
@@ -22,9 +24,9 @@ import torch.nn.functional as F
 class Cnn(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1, bias=False)  # BatchNorm follows
         self.bn1 = nn.BatchNorm2d(4)
-        self.conv2 = nn.Conv2d(4, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 8, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(8)
         self.drop = nn.Dropout(0.25)
         self.fc = nn.Linear(8 * 7 * 7, 10)

@@ -39,7 +39,7 @@ for model in resmlp cnn; do
 done
 # The CNN's checkpoint holds its BatchNorm buffers under their state_dict names.
 expect_exit 0 "$TMP/inspect.log" "$HPCTRAIN_BIN" inspect checkpoint "$TMP/cnn-np2"
-expect_grep "model/bn1.running_mean +float32 +\(4\)" "$TMP/inspect.log"
+expect_grep "model/bn1.running_mean +float32 +\(4,\)" "$TMP/inspect.log"
 expect_grep "model/bn2.num_batches_tracked +int64" "$TMP/inspect.log"
 # The ledger counts FLOPs with the profiler: 2 x (conv1 + conv2 + fc) multiply-adds per sample.
 "$PY" - "$TMP/cnn-np1/ledger.json" <<'PY' || fail "ledger FLOPs of the cnn"
