@@ -25,7 +25,7 @@ with h5py.File(f"{sys.argv[1]}/int_targets.h5", "w") as f:
 PY
 expect_exit 0 "$TMP/inspect.log" "$HPCTRAIN_BIN" inspect data "$TMP/train.h5"
 expect_grep "^kind +regression" "$TMP/inspect.log"
-expect_grep "^samples +4096 x \(4\) float32 inputs, targets \(2\) float32" "$TMP/inspect.log"
+expect_grep "^samples +4096 x \(4,\) float32 inputs, targets \(2,\) float32" "$TMP/inspect.log"
 expect_exit 3 "$TMP/inspect_bad.log" "$HPCTRAIN_BIN" inspect data "$TMP/int_targets.h5"
 expect_grep "dataset /targets: expected dtype float32 .*found int64" "$TMP/inspect_bad.log"
 
@@ -33,7 +33,7 @@ run=$TMP/run
 expect_exit 0 "$TMP/train.log" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$here/torchscript.yaml" \
   --set "model.file=$models/linear.pt" --set model.task=regression \
   --set "data.train=$TMP/train.h5" --set "data.val=$TMP/val.h5" --set data.batch_size=32 \
-  --set run.max_steps=400 --set optim.lr=0.02 --set logging.every_steps=50 \
+  --set run.epochs=10 --set run.max_steps=400 --set optim.lr=0.02 --set logging.every_steps=50 \
   --set eval.every_steps=200 --set "run.dir=$run" || finish
 expect_grep "eval at step 400: mse [0-9.e-]+, mae [0-9.e-]+ \(1000 samples" "$TMP/train.log"
 "$PY" - "$run" <<'PY' || fail "the learned map is not the true one"
