@@ -35,14 +35,14 @@ class ResNet : public Classifier {
  public:
   ResNet(std::int64_t channels, std::int64_t blocks, std::int64_t num_classes)
       : channels_(channels) {
-    stem_ = register_module("stem", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, channels, 3)
-                                                          .padding(1)));
+    stem_ = register_module("stem",
+                            torch::nn::Conv2d(torch::nn::Conv2dOptions(1, channels, 3).padding(1)));
     blocks_ = register_module("blocks", torch::nn::ModuleList());
     for (std::int64_t i = 0; i < blocks; ++i) {
       blocks_->push_back(std::make_shared<ResidualBlock>(channels));
     }
-    head_ = register_module(
-        "head", torch::nn::Linear(channels * (kSide / 2) * (kSide / 2), num_classes));
+    head_ = register_module("head",
+                            torch::nn::Linear(channels * (kSide / 2) * (kSide / 2), num_classes));
     // Multiply-adds count 2: the stem, two convolutions per block, the classifier.
     const double pixels = kSide * kSide;
     flops_ = 2.0 * pixels * 9 * channels * (1 + 2.0 * blocks * channels) +
@@ -73,7 +73,8 @@ std::shared_ptr<Model> make_resnet(ConfigSection& section, const ModelContext& c
   if (channels < 1) section.fail("channels", "must be positive");
   if (blocks < 0) section.fail("blocks", "must be >= 0");
   if (num_classes < 2) section.fail("num_classes", "must be at least 2");
-  if (ctx.tp_size > 1) section.fail("name", "the resnet model is data parallel only: set parallel.tp=1");
+  if (ctx.tp_size > 1)
+    section.fail("name", "the resnet model is data parallel only: set parallel.tp=1");
   return std::make_shared<ResNet>(channels, blocks, num_classes);
 }
 

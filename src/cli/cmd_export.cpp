@@ -45,16 +45,15 @@ int run_export(CommandContext& ctx) {
   const std::string dir = checkpoint_dir(g_export.checkpoint);
   const auto verification = checkpoint::verify(dir);
   if (!verification.ok) {
-    throw CheckpointError(str(dir, " does not verify (", verification.reason,
-                              "): export a complete checkpoint"));
+    throw CheckpointError(
+        str(dir, " does not verify (", verification.reason, "): export a complete checkpoint"));
   }
   const std::string run_dir = fs::path(dir).parent_path().parent_path().string();
   std::string origin;
   const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
   eval::RunConfig config(text, origin);
   if (config.model_name() != "torchscript") {
-    throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(),
-                          " model (", origin,
+    throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(), " model (", origin,
                           "): --format torchscript exports TorchScript runs (model.name: "
                           "torchscript); read other checkpoints with scripts/load_checkpoint.py"));
   }
@@ -73,13 +72,12 @@ int run_export(CommandContext& ctx) {
     scripted->module().save(tmp);
   } catch (const c10::Error& e) {
     fs::remove(tmp);
-    throw ConfigError(str("cannot write ", out.string(), ": ", e.what_without_backtrace(),
-                          ": check --out"));
+    throw ConfigError(
+        str("cannot write ", out.string(), ": ", e.what_without_backtrace(), ": check --out"));
   }
   fs::rename(tmp, out);
-  log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ",
-                records.size(), " tensors of ", dir, " (step ",
-                loaded.manifest.value("step", std::int64_t{0}),
+  log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ", records.size(),
+                " tensors of ", dir, " (step ", loaded.manifest.value("step", std::int64_t{0}),
                 "), in evaluation mode; load it with torch.jit.load"));
   return 0;
 }

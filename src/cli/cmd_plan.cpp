@@ -122,10 +122,10 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
       auto dataset = data::Dataset::open(tc.data.train, expect, tc.data.read_options());
       data::Batch one = dataset->read({0});
       const auto& info = dataset->info();
-      model->check_batch(one.inputs, one.targets,
-                         info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size
-                                                                        : info.num_classes,
-                         "data.train");
+      model->check_batch(
+          one.inputs, one.targets,
+          info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size : info.num_classes,
+          "data.train");
     }
     in.forward_flops_per_sample = model->forward_flops_per_sample();
     in.flops_formula = model->flops_source() == "counted from the layers"

@@ -117,7 +117,8 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
     out << "samples   " << info.num_samples << " x " << h5::shape_string(info.sample_shape)
         << " float32 inputs, targets " << h5::shape_string(info.target_shape) << " float32\n";
     Batch batch = dataset->read(first);
-    out << "first " << shown << " samples\n  index  input min/max/mean            target min/max/mean\n";
+    out << "first " << shown
+        << " samples\n  index  input min/max/mean            target min/max/mean\n";
     for (std::int64_t i = 0; i < shown; ++i) {
       auto x = batch.inputs[i];
       auto y = batch.targets[i];

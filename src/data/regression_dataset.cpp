@@ -132,7 +132,8 @@ std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& pat
     }
     if (dtype != "float32") {
       throw DataError(str(where, ": expected dtype float32 (regression inputs and targets), found ",
-                          dtype, ": convert it, e.g. with h5py: f['", where == where_inputs ? "inputs" : "targets",
+                          dtype, ": convert it, e.g. with h5py: f['",
+                          where == where_inputs ? "inputs" : "targets",
                           "'] = x.astype('float32')"));
     }
   }
@@ -181,8 +182,8 @@ std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& pat
   }
   inputs.reset();
   h5::Handle cached = open_cached(file.get(), "inputs", 4, options, where_inputs, info);
-  return std::make_unique<RegressionDataset>(std::move(file), std::move(cached),
-                                             std::move(targets), std::move(info), label);
+  return std::make_unique<RegressionDataset>(std::move(file), std::move(cached), std::move(targets),
+                                             std::move(info), label);
 }
 
 }  // namespace hpctrain::data::detail

@@ -8,8 +8,7 @@
 namespace hpctrain::model {
 
 const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"classification", "language_model",
-                                                 "regression"};
+  static const std::vector<std::string> names = {"classification", "language_model", "regression"};
   return names;
 }
 

@@ -36,9 +36,9 @@ std::string schema_text(const c10::FunctionSchema& schema) {
 // The operations whose last-but-some argument is the training flag, and its position.
 const std::map<std::string, std::size_t>& mode_ops() {
   static const std::map<std::string, std::size_t> ops = {
-      {"aten::dropout", 2},         {"aten::dropout_", 2},         {"aten::feature_dropout", 2},
-      {"aten::feature_dropout_", 2}, {"aten::alpha_dropout", 2},   {"aten::alpha_dropout_", 2},
-      {"aten::batch_norm", 5},      {"aten::instance_norm", 5},
+      {"aten::dropout", 2},          {"aten::dropout_", 2},      {"aten::feature_dropout", 2},
+      {"aten::feature_dropout_", 2}, {"aten::alpha_dropout", 2}, {"aten::alpha_dropout_", 2},
+      {"aten::batch_norm", 5},       {"aten::instance_norm", 5},
   };
   return ops;
 }
@@ -56,9 +56,9 @@ std::vector<std::string> find_frozen_mode_ops(torch::jit::Module& module) {
     torch::jit::Value* flag = node->input(op->second);
     if (flag->node()->kind() != c10::prim::Constant) continue;
     auto value = torch::jit::toIValue(flag);
-    found.push_back(str(op->first, "(training=",
-                        value && value->isBool() ? (value->toBool() ? "True" : "False") : "?",
-                        ")"));
+    found.push_back(str(
+        op->first,
+        "(training=", value && value->isBool() ? (value->toBool() ? "True" : "False") : "?", ")"));
   }
   return found;
 }
@@ -67,7 +67,7 @@ std::vector<std::string> find_frozen_mode_ops(torch::jit::Module& module) {
 // also counts element-wise aten::add and aten::mul; they are left out, as the built-in models'
 // counts leave out activations.
 bool counted_op(const std::string& name) {
-  static const std::set<std::string> ops = {"aten::mm",     "aten::addmm",  "aten::bmm",
+  static const std::set<std::string> ops = {"aten::mm",      "aten::addmm",  "aten::bmm",
                                             "aten::baddbmm", "aten::conv1d", "aten::conv2d",
                                             "aten::conv3d"};
   return ops.count(name) > 0;
@@ -78,8 +78,8 @@ thread_local double t_counted_flops = 0;
 std::unique_ptr<at::ObserverContext> count_op(const at::RecordFunction& fn) {
   const std::string name = fn.name();
   if (counted_op(name)) {
-    t_counted_flops += static_cast<double>(torch::profiler::impl::computeFlops(
-        name, torch::profiler::impl::saveExtraArgs(fn)));
+    t_counted_flops += static_cast<double>(
+        torch::profiler::impl::computeFlops(name, torch::profiler::impl::saveExtraArgs(fn)));
   }
   return nullptr;
 }
@@ -113,16 +113,16 @@ TorchScriptOptions read_torchscript_options(ConfigSection& section, int tp_size)
   section.check_choice("task", o.task, task_names());
   if (o.flops_per_sample < 0) section.fail("flops_per_sample", "must be >= 0 (0: count them)");
   if (tp_size > 1) {
-    section.fail("name",
-                 str("a torchscript model is data parallel only (hpctrain cannot split a "
-                     "module it did not build across ranks); parallel.tp = ",
-                     tp_size, ": set parallel.tp=1"));
+    section.fail("name", str("a torchscript model is data parallel only (hpctrain cannot split a "
+                             "module it did not build across ranks); parallel.tp = ",
+                             tp_size, ": set parallel.tp=1"));
   }
   std::error_code ec;
   const auto status = std::filesystem::status(o.file, ec);
   if (!std::filesystem::exists(status)) {
-    section.fail("file", "no such file: check the path (relative paths are taken from the "
-                         "working directory)");
+    section.fail("file",
+                 "no such file: check the path (relative paths are taken from the "
+                 "working directory)");
   }
   if (!std::filesystem::is_regular_file(status)) {
     section.fail("file", "is not a regular file: point model.file at the saved module (.pt)");
@@ -142,8 +142,9 @@ TorchScriptModel::TorchScriptModel(const TorchScriptOptions& options) : options_
   }
   auto method = module_.find_method("forward");
   if (!method) {
-    throw ConfigError(str(where, ": the module has no forward method: script a torch.nn.Module "
-                                 "whose forward takes the batch's inputs"));
+    throw ConfigError(str(where,
+                          ": the module has no forward method: script a torch.nn.Module "
+                          "whose forward takes the batch's inputs"));
   }
   const c10::FunctionSchema& schema = method->function().getSchema();
   const auto& args = schema.arguments();  // args[0] is self
@@ -155,7 +156,7 @@ TorchScriptModel::TorchScriptModel(const TorchScriptOptions& options) : options_
     throw ConfigError(str(where, ": forward is ", schema_text(schema),
                           " but hpctrain calls forward(inputs: Tensor) -> Tensor (the batch's "
                           "inputs in, ",
-                          options_.task == "regression"     ? "predictions"
+                          options_.task == "regression"       ? "predictions"
                           : options_.task == "language_model" ? "logits [B, T, V]"
                                                               : "logits [B, C]",
                           " out): change the module's forward to that signature"));

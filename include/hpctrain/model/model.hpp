@@ -100,7 +100,7 @@ void load_plugin(const std::string& path, const std::string& key);
 /// Registers `factory` (a ModelFactory: std::shared_ptr<Model>(ConfigSection&, const
 /// ModelContext&)) as model.name `name` when the program or plugin holding this line is loaded.
 /// Put it at namespace scope in one .cpp file of the model.
-#define HPCTRAIN_REGISTER_MODEL(name, factory)                                          \
+#define HPCTRAIN_REGISTER_MODEL(name, factory)                                         \
   static const bool HPCTRAIN_MODEL_CONCAT(hpctrain_model_registered_, __LINE__) = [] { \
     ::hpctrain::model::register_model(name, factory);                                  \
     return true;                                                                       \
@@ -108,6 +108,4 @@ void load_plugin(const std::string& path, const std::string& key);
 #define HPCTRAIN_MODEL_CONCAT_(a, b) a##b
 #define HPCTRAIN_MODEL_CONCAT(a, b) HPCTRAIN_MODEL_CONCAT_(a, b)
 
-namespace hpctrain::model {
-
-}  // namespace hpctrain::model
+namespace hpctrain::model {}  // namespace hpctrain::model

@@ -25,9 +25,9 @@ namespace hpctrain::model {
 
 /// The model section of a TorchScript model, validated.
 struct TorchScriptOptions {
-  std::string file;               ///< model.file
-  std::string task;               ///< model.task
-  double flops_per_sample = 0;    ///< model.flops_per_sample (0: count with the profiler)
+  std::string file;             ///< model.file
+  std::string task;             ///< model.task
+  double flops_per_sample = 0;  ///< model.flops_per_sample (0: count with the profiler)
 };
 
 class TorchScriptModel : public Model {

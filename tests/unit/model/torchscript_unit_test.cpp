@@ -12,12 +12,12 @@
 #include <set>
 #include <sstream>
 
+#include "../../support/test_util.hpp"
 #include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/model/torchscript_model.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
-#include "../../support/test_util.hpp"
 
 namespace hpctrain::model {
 namespace {
@@ -183,8 +183,8 @@ TEST_F(TorchScriptTest, LoadErrors) {
       << two;
   Config config = Config::parse("model: {name: torchscript, file: /nonexistent.pt}", "<test>");
   auto section = config.section("model");
-  const std::string missing = hpctrain::testing::error_of<ConfigError>(
-      [&] { build_model(section, ModelContext{}); });
+  const std::string missing =
+      hpctrain::testing::error_of<ConfigError>([&] { build_model(section, ModelContext{}); });
   EXPECT_NE(missing.find("model.file = '/nonexistent.pt': no such file"), std::string::npos)
       << missing;
   Config tp = Config::parse("model: {name: torchscript, file: " + *dir_ + "/net.pt}", "<test>");
