@@ -118,8 +118,23 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     auto model = model::build_model(model_section, ctx);
     in.task = model->task();
     in.parameters = static_cast<double>(model->logical_parameter_count());
+    if (model->flops_source() != "counted from the layers" &&
+        model->forward_flops_per_sample() == 0 && !tc.data.train.empty()) {
+      // A user model's FLOPs are counted by running it on one training sample.
+      data::DatasetExpectation expect;
+      expect.seq_len = model_section.get<std::int64_t>("seq_len", 0);
+      auto dataset = data::Dataset::open(tc.data.train, expect, tc.data.read_options());
+      data::Batch one = dataset->read({0});
+      const auto& info = dataset->info();
+      model->check_batch(
+          one.inputs, one.targets,
+          info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size : info.num_classes,
+          "data.train");
+    }
     in.forward_flops_per_sample = model->forward_flops_per_sample();
-    in.flops_formula = "forward FLOPs counted from the layers, training 3x forward";
+    in.flops_formula = model->flops_source() == "counted from the layers"
+                           ? "forward FLOPs counted from the layers, training 3x forward"
+                           : str("forward FLOPs: ", model->flops_source(), ", training 3x forward");
     // The trainer reads model.seq_len for every model, so the resolved config.yaml of any run
     // records it: read it too, or planning from that file would call it an unknown key.
     seq_len = model_section.get<std::int64_t>("seq_len", 0);

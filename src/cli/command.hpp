@@ -25,6 +25,7 @@ struct GlobalOptions {
   std::string comm_backend = "auto";  ///< auto | mpi | nccl
   double collective_timeout = 600;    ///< seconds before a stuck collective aborts the job
   double peer_timeout = 20;           ///< seconds of silence before a neighbour rank counts as lost
+  std::vector<std::string> plugins;   ///< --plugin: shared libraries of models to load
 };
 
 /// What a command's run function receives.

@@ -10,6 +10,7 @@
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -99,6 +100,9 @@ int run_main(int argc, char** argv) {
                  "or node died): every rank then ends with exit 5; 0 disables (default 20, or "
                  "HPCTRAIN_PEER_TIMEOUT)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--plugin", global.plugins,
+                 "Shared library of C++ models to load (repeatable; docs/MODELS.md); the config "
+                 "key model.plugin does the same for one run");
 
   // Build the subcommand tree from the registry ("bench allreduce" nests under "bench").
   std::map<std::string, CLI::App*> groups;
@@ -157,6 +161,7 @@ int run_main(int argc, char** argv) {
   CommandContext ctx{rt, global};
   try {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
+    for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
     return chosen->run(ctx);
   } catch (const AgreedError& e) {
     // The same error on every rank: one message, and every rank stops by itself.

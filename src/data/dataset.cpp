@@ -202,7 +202,12 @@ std::optional<double> number_attr(hid_t dataset, hid_t root, const char* name,
 }  // namespace detail
 
 const char* dataset_kind_name(DatasetKind kind) {
-  return kind == DatasetKind::kLanguageModel ? "language_model" : "classification";
+  switch (kind) {
+    case DatasetKind::kLanguageModel: return "language_model";
+    case DatasetKind::kRegression: return "regression";
+    case DatasetKind::kClassification: break;
+  }
+  return "classification";
 }
 
 Batch Dataset::read_range(std::int64_t begin, std::int64_t end) {
@@ -280,12 +285,27 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
   const bool has_tokens = h5::exists(file.get(), "tokens");
   const bool has_inputs = h5::exists(file.get(), "inputs");
   const bool has_labels = h5::exists(file.get(), "labels");
-  if (has_tokens && (has_inputs || has_labels)) {
+  const bool has_targets = h5::exists(file.get(), "targets");
+  if (has_labels && has_targets) {
+    throw DataError(str(label,
+                        " holds both /labels (classification) and /targets (regression): a file "
+                        "holds one kind; keep the one the model is trained on"));
+  }
+  if (has_tokens && (has_inputs || has_labels || has_targets)) {
     throw DataError(str(label,
                         " holds both /tokens (language modelling) and /inputs or /labels "
                         "(classification): a file holds one kind; split it into two files"));
   }
   if (has_tokens) return detail::open_tokens(std::move(file), path, expect, options);
+  if (has_targets) {
+    if (!has_inputs) {
+      throw DataError(str(label,
+                          ": missing dataset /inputs: a regression file needs /inputs (N x ..., "
+                          "float32) and /targets (N x ..., float32); found ",
+                          detail::root_objects(file.get()), " (layout in docs/DATA.md)"));
+    }
+    return detail::open_regression(std::move(file), path, expect, options);
+  }
   if (has_inputs || has_labels) {
     const char* missing = has_inputs ? "/labels" : "/inputs";
     if (!(has_inputs && has_labels)) {
@@ -297,8 +317,8 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
     return detail::open_classification(std::move(file), path, expect, options);
   }
   throw DataError(str(label,
-                      ": expected datasets /inputs and /labels (classification) or "
-                      "/tokens (language modelling), found ",
+                      ": expected datasets /inputs and /labels (classification), /inputs and "
+                      "/targets (regression) or /tokens (language modelling), found ",
                       detail::root_objects(file.get()),
                       ": write the file in the layout of docs/DATA.md (hpctrain prepare does)"));
 }

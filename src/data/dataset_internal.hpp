@@ -63,6 +63,9 @@ std::optional<double> number_attr(hid_t dataset, hid_t root, const char* name,
 std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string& path,
                                              const DatasetExpectation& expect,
                                              const ReadOptions& options);
+std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& path,
+                                         const DatasetExpectation& expect,
+                                         const ReadOptions& options);
 std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
                                      const DatasetExpectation& expect, const ReadOptions& options);
 

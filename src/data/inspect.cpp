@@ -115,7 +115,22 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
   const std::int64_t shown = std::min<std::int64_t>(options.samples, info.num_samples);
   std::vector<std::int64_t> first(static_cast<std::size_t>(shown));
   for (std::int64_t i = 0; i < shown; ++i) first[static_cast<std::size_t>(i)] = i;
-  if (info.kind == DatasetKind::kClassification) {
+  if (info.kind == DatasetKind::kRegression) {
+    out << "samples   " << info.num_samples << " x " << h5::shape_string(info.sample_shape)
+        << " float32 inputs, targets " << h5::shape_string(info.target_shape) << " float32\n";
+    Batch batch = dataset->read(first);
+    out << "first " << shown
+        << " samples\n  index  input min/max/mean            target min/max/mean\n";
+    for (std::int64_t i = 0; i < shown; ++i) {
+      auto x = batch.inputs[i];
+      auto y = batch.targets[i];
+      out << "  " << std::setw(6) << i << std::fixed << std::setprecision(4) << "  "
+          << x.min().item<float>() << " " << x.max().item<float>() << " " << x.mean().item<float>()
+          << "    " << y.min().item<float>() << " " << y.max().item<float>() << " "
+          << y.mean().item<float>() << "\n"
+          << std::defaultfloat;
+    }
+  } else if (info.kind == DatasetKind::kClassification) {
     out << "samples   " << info.num_samples << " x " << h5::shape_string(info.sample_shape) << " "
         << info.input_dtype << " (scale " << info.input_scale << "), " << info.num_classes
         << " classes\n";
@@ -173,7 +188,10 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
     }
   }
   out << "valid     yes (checked as training would: dtypes, shapes, "
-      << (info.kind == DatasetKind::kClassification ? "label range" : "token range") << ")\n";
+      << (info.kind == DatasetKind::kClassification ? "label range"
+          : info.kind == DatasetKind::kRegression   ? "finite values"
+                                                    : "token range")
+      << ")\n";
   return out.str();
 }
 

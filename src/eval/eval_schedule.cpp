@@ -14,6 +14,8 @@ const char* metric_name(Metric metric) {
     case Metric::kLoss: return "loss";
     case Metric::kAccuracy: return "accuracy";
     case Metric::kPerplexity: return "perplexity";
+    case Metric::kMse: return "mse";
+    case Metric::kMae: return "mae";
   }
   return "loss";
 }
@@ -37,10 +39,12 @@ EvalConfig EvalConfig::from(ConfigSection& s) {
   if (c.every_steps < 0) s.fail("every_steps", "must be >= 0 (0: only at the end)");
   if (c.batch_size < 1) s.fail("batch_size", "must be at least 1");
   if (!metric.empty()) {
-    s.check_choice("metric", metric, {"loss", "accuracy", "perplexity"});
+    s.check_choice("metric", metric, {"loss", "accuracy", "perplexity", "mse", "mae"});
     c.metric_set = true;
     c.metric = metric == "accuracy"     ? Metric::kAccuracy
                : metric == "perplexity" ? Metric::kPerplexity
+               : metric == "mse"        ? Metric::kMse
+               : metric == "mae"        ? Metric::kMae
                                         : Metric::kLoss;
   }
   if (c.patience < 0) s.fail("patience", "must be >= 0 (0: no early stopping)");

@@ -18,7 +18,10 @@ double EvalResult::metric(const std::string& name) const {
   if (name == "loss") return loss;
   if (name == "accuracy") return accuracy;
   if (name == "perplexity") return perplexity;
-  throw ConfigError(str("eval metric '", name, "' is unknown: use loss, accuracy or perplexity"));
+  if (name == "mse") return loss;
+  if (name == "mae") return mae;
+  throw ConfigError(
+      str("eval metric '", name, "' is unknown: use loss, accuracy, perplexity, mse or mae"));
 }
 
 bool EvalResult::higher_is_better(const std::string& name) {
@@ -36,9 +39,12 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
   const std::int64_t last = batches * (dp.rank() + 1) / dp.size();
   const std::int64_t slots = (batches + dp.size() - 1) / dp.size();  // most batches of any rank
 
-  // Per batch: loss sum, correct, count, samples. Exactly one rank writes each row.
-  std::vector<double> table(static_cast<std::size_t>(std::max<std::int64_t>(batches, 1)) * 4, 0.0);
-  auto row = [&](std::int64_t b) { return table.data() + b * 4; };
+  // Per batch: loss sum, correct, count, samples, absolute error sum. Exactly one rank writes
+  // each row.
+  constexpr std::size_t kColumns = 5;
+  std::vector<double> table(static_cast<std::size_t>(std::max<std::int64_t>(batches, 1)) * kColumns,
+                            0.0);
+  auto row = [&](std::int64_t b) { return table.data() + b * kColumns; };
   const bool was_training = model.is_training();
   model.eval();
   auto device =
@@ -79,6 +85,7 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
       r[1] = static_cast<double>(out.correct);
       r[2] = static_cast<double>(out.count);
       r[3] = static_cast<double>(batch.size());
+      r[4] = out.abs_error_sum;
     }
   }
   if (was_training) model.train();
@@ -91,18 +98,21 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
   double correct = 0;
   double count = 0;
   double samples = 0;
+  double abs_error = 0;
   for (std::int64_t b = 0; b < batches; ++b) {  // batch order: identical on every world size
     const double* r = row(b);
     loss_sum += r[0];
     correct += r[1];
     count += r[2];
     samples += r[3];
+    abs_error += r[4];
   }
   result.samples = static_cast<std::int64_t>(samples);
   result.count = static_cast<std::int64_t>(count);
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
   result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
+  result.mae = count > 0 ? abs_error / count : 0;
   std::vector<double> seconds{
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
       reader.wait_seconds()};
@@ -120,6 +130,10 @@ void add_result_fields(nlohmann::ordered_json& j, const EvalResult& r) {
   j["loss"] = r.loss;
   j["accuracy"] = r.accuracy;
   if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  if (r.task == "regression") {
+    j["mse"] = r.loss;
+    j["mae"] = r.mae;
+  }
   j["eval_seconds"] = r.seconds;
   j["samples_per_s"] = r.samples_per_second;
   j["data_wait_seconds"] = r.data_wait_seconds;
@@ -135,6 +149,10 @@ void to_json(nlohmann::json& j, const EvalResult& r) {
                      {"eval_seconds", r.seconds},
                      {"samples_per_s", r.samples_per_second}};
   if (r.task == "language_model") j["perplexity"] = r.perplexity;
+  if (r.task == "regression") {
+    j["mse"] = r.loss;
+    j["mae"] = r.mae;
+  }
   if (r.interrupted) j["interrupted"] = true;
 }
 

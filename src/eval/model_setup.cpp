@@ -12,6 +12,9 @@ std::vector<checkpoint::TensorRecord> model_records(model::Model& model) {
   for (const auto& item : model.named_parameters(true)) {
     records.push_back({"model/" + item.key(), item.value().detach(), model.shard_info(item.key())});
   }
+  for (const auto& item : model.named_buffers(true)) {  // BatchNorm statistics of user models
+    records.push_back({"model/" + item.key(), item.value(), model.shard_info(item.key())});
+  }
   return records;
 }
 
@@ -28,7 +31,7 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
                                  : str("evaluate it on a ", model.task(), " file")));
   }
   if (info.num_samples < 1) throw DataError(str(key, " = ", info.path, " holds no samples"));
-  if (task == "language_model" && info.vocab_size > vocab_size) {
+  if (task == "language_model" && vocab_size > 0 && info.vocab_size > vocab_size) {
     throw DataError(training ? str(info.path, " has a vocabulary of ", info.vocab_size,
                                    " tokens but model.vocab_size = ", vocab_size,
                                    ": set model.vocab_size >= ", info.vocab_size)
@@ -36,16 +39,25 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
                                    " tokens but the checkpoint's model.vocab_size is ", vocab_size,
                                    ": evaluate it on data made with its tokenizer"));
   }
+  data::Batch one = dataset.read_range(0, 1);
+  const auto device = model.parameters().front().device();
+  // User models (TorchScript) check the shapes of their outputs; built-in models do nothing.
+  model.check_batch(one.inputs.to(device), one.targets.to(device),
+                    task == "language_model" ? info.vocab_size : info.num_classes, key);
   // One sample through the forward pass (every rank of a tp group alike: tensor-parallel layers
-  // communicate inside it).
+  // communicate inside it), in evaluation mode: the trial neither draws dropout randomness nor
+  // updates batch statistics.
   std::string shape;
   for (auto d : info.sample_shape) shape += (shape.empty() ? "" : " x ") + std::to_string(d);
   torch::Tensor outputs;
+  const bool was_training = model.is_training();
+  model.eval();
   try {
     torch::InferenceMode inference;
-    data::Batch one = dataset.read_range(0, 1);
-    outputs = model.forward(one.inputs.to(model.parameters().front().device()));
+    outputs = model.forward(one.inputs.to(device));
+    model.train(was_training);
   } catch (const c10::Error& e) {
+    model.train(was_training);
     throw DataError(str(key, " = ", info.path, ": samples of shape ", shape, " do not fit ", whose,
                         " (", e.what_without_backtrace(), "); ",
                         training ? "check the model section (e.g. model.in_features, "

@@ -1,8 +1,14 @@
+#include <dlfcn.h>
+
+#include <filesystem>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
@@ -11,16 +17,23 @@ namespace hpctrain::model {
 std::shared_ptr<Model> make_mlp(ConfigSection& section, const ModelContext& ctx);
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx);
 std::shared_ptr<Model> make_gpt(ConfigSection&, const ModelContext&);
+std::shared_ptr<Model> make_torchscript(ConfigSection& section, const ModelContext& ctx);
 
 namespace {
 
-const std::map<std::string, ModelFactory>& registry() {
-  static const std::map<std::string, ModelFactory> factories = {
+std::map<std::string, ModelFactory>& registry() {
+  static std::map<std::string, ModelFactory> factories = {
       {"mlp", make_mlp},
       {"cnn", make_cnn},
       {"gpt", make_gpt},
+      {"torchscript", make_torchscript},
   };
   return factories;
+}
+
+std::mutex& plugin_mutex() {
+  static std::mutex m;
+  return m;
 }
 
 }  // namespace
@@ -51,13 +64,59 @@ std::vector<std::string> model_names() {
   return names;
 }
 
+void register_model(const std::string& name, ModelFactory factory) {
+  if (name.empty() || name.find_first_of(" \t\n") != std::string::npos) {
+    throw Error(str("cannot register a model named '", name, "': use a word such as 'resnet'"));
+  }
+  if (!registry().emplace(name, std::move(factory)).second) {
+    throw Error(str("a model named '", name,
+                    "' is registered already (built-in models and plugins share one set of "
+                    "names): give the plugin's model another name"));
+  }
+}
+
+void load_plugin(const std::string& path, const std::string& key) {
+  std::lock_guard<std::mutex> lock(plugin_mutex());
+  static std::set<std::string> loaded;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw ConfigError(str(key, " = ", path,
+                          ": no such file: build the plugin (a shared library of models, see "
+                          "docs/MODELS.md) and pass its path"));
+  }
+  const std::string canonical = std::filesystem::canonical(path).string();
+  if (loaded.count(canonical)) return;
+  const std::size_t before = registry().size();
+  // RTLD_GLOBAL: the plugin's symbols stay visible to libraries it loads in turn. Its own
+  // undefined hpctrain symbols resolve against this executable, which exports them.
+  void* handle = ::dlopen(canonical.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle) {
+    const char* why = ::dlerror();
+    throw ConfigError(str(key, " = ", path, " does not load: ", why ? why : "unknown reason",
+                          ": build it against this hpctrain's installed package "
+                          "(find_package(hpctrain)) and the same LibTorch"));
+  }
+  loaded.insert(canonical);
+  if (registry().size() == before) {
+    throw ConfigError(str(key, " = ", path,
+                          " loaded but registered no model: add HPCTRAIN_REGISTER_MODEL(\"name\", "
+                          "factory) to one of its source files"));
+  }
+  std::string names;
+  for (const auto& name : model_names()) names += (names.empty() ? "" : ", ") + name;
+  log::debug(str("loaded plugin ", canonical, "; models: ", names));
+}
+
 std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& ctx) {
+  if (section.has("plugin")) load_plugin(section.get<std::string>("plugin", ""), "model.plugin");
   const std::string name = section.get<std::string>("name", "mlp");
   auto it = registry().find(name);
   if (it == registry().end()) {
     std::string known;
     for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
-    section.fail("name", str("unknown model; known models: ", known));
+    section.fail("name", str("unknown model; known models: ", known,
+                             " (a C++ model of your own: load its plugin with --plugin PATH or "
+                             "model.plugin)"));
   }
   try {
     return it->second(section, ctx);

@@ -116,4 +116,18 @@ void broadcast_parameters(FlatParameters& flat, comm::Communicator& group) {
   group.broadcast(flat.params(), 0);
 }
 
+void broadcast_buffers(torch::nn::Module& module, comm::Communicator& group) {
+  if (group.size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (auto& buffer : module.buffers(/*recurse=*/true)) {
+    if (buffer.is_contiguous()) {
+      group.broadcast(buffer, 0);
+    } else {
+      auto packed = buffer.contiguous();
+      group.broadcast(packed, 0);
+      buffer.copy_(packed);
+    }
+  }
+}
+
 }  // namespace hpctrain::parallel

@@ -53,7 +53,8 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                 {"train_per_sample", train_flops_per_sample},
                 {"eval_per_sample", f.forward_flops_per_sample},
                 {"train_total", train_flops},
-                {"eval_total", eval_flops}};
+                {"eval_total", eval_flops},
+                {"source", f.flops_source}};
   j["throughput"] = {
       {"train_samples_per_s", train_sps},
       {"eval_samples_per_s", eval_sps},

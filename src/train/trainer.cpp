@@ -179,7 +179,10 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   m.model = model::build_model(model_section, ctx);
   m.model_name = model_section.get<std::string>("name", "mlp");
   config.check_unknown_keys();
-  const auto vocab = model_section.get<std::int64_t>("vocab_size", 0);
+  // Only language models have a vocabulary (reading the key elsewhere would record it).
+  const std::int64_t vocab = m.model->task() == "language_model" && m.model_name != "torchscript"
+                                 ? model_section.get<std::int64_t>("vocab_size", 0)
+                                 : 0;
   eval::check_data_fits_model(*m.model, *m.train_data, "data.train", vocab,
                               eval::FitAdvice::kTraining);
   if (m.val_data) {
@@ -213,6 +216,7 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   m.model->to(m.device);
   m.flat = std::make_unique<parallel::FlatParameters>(*m.model);
   parallel::broadcast_parameters(*m.flat, *m.env.comms.dp);
+  parallel::broadcast_buffers(*m.model, *m.env.comms.dp);
   m.sync = std::make_unique<parallel::GradientSynchronizer>(
       *m.flat, m.env.comms.dp, cfg.parallel.bucket_bytes(), cfg.parallel.overlap);
   std::vector<torch::Tensor> replicated;
@@ -291,7 +295,8 @@ void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   content.trainer_state["global_batch"] = global_batch;
   content.trainer_state["total_steps"] = total_steps;
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
-  content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
+  content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
+                                  /*snapshot_buffers=*/true);
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
   content.copy = true;
@@ -317,6 +322,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.task = model->task();
   facts.parameters = model->logical_parameter_count();
   facts.forward_flops_per_sample = model->forward_flops_per_sample();
+  facts.flops_source = model->flops_source();
   facts.tokens_per_sample = model->task() == "language_model" ? train_data->info().seq_len : 1;
   facts.steps = steps;
   facts.samples_trained = steps * global_batch;
@@ -357,6 +363,9 @@ bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
   options.max_samples = cfg.eval.max_samples;
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
   options.stop_check = [&] { return stop.stop_requested(); };
+  // Every rank evaluates with dp rank 0's buffers (BatchNorm statistics drift apart per rank,
+  // each seeing its own slice), the ones a checkpoint of this step saves and offline eval loads.
+  parallel::broadcast_buffers(*model, *env.comms.dp);
   auto result = eval::evaluate(*model, *val_data, *env.control.dp, options);
   phases.eval += seconds_since(eval_start);
   eval_wall += result.seconds;

@@ -15,10 +15,20 @@ namespace hpctrain::train {
 
 std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
                                                     parallel::FlatParameters& flat,
-                                                    Optimizer& optimizer, bool with_optimizer) {
+                                                    Optimizer& optimizer, bool with_optimizer,
+                                                    bool snapshot_buffers) {
   std::vector<checkpoint::TensorRecord> records;
   for (const auto& e : flat.entries()) {
     records.push_back({"model/" + e.name, e.param.detach(), model.shard_info(e.name)});
+  }
+  // Buffers (BatchNorm statistics of user models; the built-in models have none) are model state
+  // too: saved under their state_dict names, from dp rank 0 like every replicated tensor.
+  // The next step's forward updates them (parameters change only at the optimizer step, after
+  // the deferred copy): a save takes them as of now.
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    records.push_back({"model/" + item.key(),
+                       snapshot_buffers ? item.value().clone() : item.value(),
+                       model.shard_info(item.key())});
   }
   if (!with_optimizer) return records;
   for (auto& [state_name, buffer] : optimizer.state()) {

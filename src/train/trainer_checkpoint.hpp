@@ -24,10 +24,12 @@ class Optimizer;
 
 /// The training state as checkpoint records: "model/<name>" for every parameter and
 /// "optimizer/<state>/<name>" for every optimizer buffer, as live views (save copies them with
-/// SaveContent::copy; load writes into them in place). Local.
+/// SaveContent::copy; load writes into them in place), and "model/<name>" for every buffer
+/// (copies of them with `snapshot_buffers`, for a save: forward updates buffers). Local.
 std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
                                                     parallel::FlatParameters& flat,
-                                                    Optimizer& optimizer, bool with_optimizer);
+                                                    Optimizer& optimizer, bool with_optimizer,
+                                                    bool snapshot_buffers = false);
 
 /// When the run must stop to leave time for a final save: run.time_limit from the start of the
 /// process and, under Slurm, the job's end time (asked of squeue by world rank 0 and broadcast).

@@ -177,6 +177,11 @@ std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
                   static_cast<long long>(step), r.loss, r.perplexity, r.accuracy,
                   static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
                   r.samples_per_second);
+  } else if (r.task == "regression") {
+    std::snprintf(line, sizeof line,
+                  "eval at step %lld: mse %.6g, mae %.6g (%lld samples, %s, %.0f samples/s)",
+                  static_cast<long long>(step), r.loss, r.mae, static_cast<long long>(r.samples),
+                  format_seconds(r.seconds).c_str(), r.samples_per_second);
   } else {
     std::snprintf(line, sizeof line,
                   "eval at step %lld: loss %.4f, accuracy %.4f (%lld samples, %s, %.0f samples/s)",

@@ -1,7 +1,8 @@
 #pragma once
 // An HDF5 dataset file (one per split; format in docs/DATA.md), opened once per rank and read by
-// global sample index. Classification files hold /inputs (N x ...) and /labels (N); language
-// modelling files hold /tokens (a 1-D stream) whose samples are windows of seq_len + 1 tokens.
+// global sample index. Classification files hold /inputs (N x ...) and /labels (N); regression
+// files /inputs and float32 /targets (N x ...); language modelling files hold /tokens (a 1-D
+// stream) whose samples are windows of seq_len + 1 tokens.
 // A Dataset is used by one thread at a time (the Prefetcher's, usually); every HDF5 call it makes
 // holds hdf5_mutex() (hdf5_lock.hpp), so other threads may use HDF5 meanwhile if they hold it too.
 
@@ -14,9 +15,9 @@
 
 namespace hpctrain::data {
 
-enum class DatasetKind { kClassification, kLanguageModel };
+enum class DatasetKind { kClassification, kLanguageModel, kRegression };
 
-/// "classification" or "language_model" (the same words as Model::task()). Local.
+/// "classification", "language_model" or "regression" (the same words as Model::task()). Local.
 const char* dataset_kind_name(DatasetKind kind);
 
 /// What a file holds, validated on open. Local value type.
@@ -24,8 +25,11 @@ struct DatasetInfo {
   std::string path;
   DatasetKind kind = DatasetKind::kClassification;
   std::int64_t num_samples = 0;
-  /// Classification: shape of one input (e.g. {1, 28, 28}); language modelling: {seq_len}.
+  /// Classification, regression: shape of one input (e.g. {1, 28, 28}); language modelling:
+  /// {seq_len}.
   std::vector<std::int64_t> sample_shape;
+  /// Regression: shape of one target row (empty for one scalar per sample).
+  std::vector<std::int64_t> target_shape;
   std::string input_dtype;       ///< "uint8", "float32", "int32", "uint16"
   double input_scale = 1.0;      ///< uint8 inputs are multiplied by this (1/255 for images)
   std::int64_t num_classes = 0;  ///< classification
@@ -64,8 +68,9 @@ struct ReadOptions {
   std::int64_t max_labels_in_memory = std::int64_t{1} << 23;
 };
 
-/// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification,
-/// int64 [B, seq_len] for language modelling; targets: int64 [B] or [B, seq_len].
+/// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification and
+/// regression, int64 [B, seq_len] for language modelling; targets: int64 [B], float32
+/// [B, target_shape...] (regression) or int64 [B, seq_len].
 struct Batch {
   torch::Tensor inputs;
   torch::Tensor targets;

@@ -18,13 +18,14 @@ namespace hpctrain::eval {
 struct EvalResult;
 
 /// Which number judges a checkpoint.
-enum class Metric { kLoss, kAccuracy, kPerplexity };
+enum class Metric { kLoss, kAccuracy, kPerplexity, kMse, kMae };
 
-/// "loss", "accuracy", "perplexity". Local.
+/// "loss", "accuracy", "perplexity", "mse", "mae". Local.
 const char* metric_name(Metric metric);
 /// Whether the metric improves upward (accuracy) or downward (loss, perplexity). Local.
 bool higher_is_better(Metric metric);
-/// The metric of a task when eval.metric is unset: accuracy for classification, loss otherwise.
+/// The metric of a task when eval.metric is unset: accuracy for classification, loss otherwise
+/// (the MSE for regression).
 /// Local.
 Metric default_metric(const std::string& task);
 

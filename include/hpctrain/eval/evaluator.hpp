@@ -40,17 +40,19 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  std::string task;              ///< classification | language_model
-  std::int64_t samples = 0;      ///< samples (sequences) evaluated
-  std::int64_t count = 0;        ///< predictions scored: samples, or tokens for language models
-  double loss = 0;               ///< mean loss per prediction
-  double accuracy = 0;           ///< top-1 accuracy (token accuracy for language models)
-  double perplexity = 0;         ///< exp(loss) for language models, 0 otherwise
-  double seconds = 0;            ///< wall time of the evaluation (slowest rank)
+  std::string task;          ///< classification | language_model | regression
+  std::int64_t samples = 0;  ///< samples (sequences) evaluated
+  std::int64_t count = 0;    ///< predictions scored: samples, or tokens for language models
+  double loss = 0;           ///< mean loss per prediction
+  double accuracy = 0;       ///< top-1 accuracy (token accuracy for language models)
+  double perplexity = 0;     ///< exp(loss) for language models, 0 otherwise
+  double mae = 0;      ///< mean absolute error per target element (regression; loss is the MSE)
+  double seconds = 0;  ///< wall time of the evaluation (slowest rank)
   double data_wait_seconds = 0;  ///< time spent waiting for data reads (slowest rank)
   double samples_per_second = 0;
   bool interrupted = false;  ///< stopped early by stop_check: metrics cover a prefix only
-  /// The metric named `metric` (loss, accuracy, perplexity). Throws ConfigError otherwise. Local.
+  /// The metric named `metric` (loss, accuracy, perplexity; mse = loss, mae for regression).
+  /// Throws ConfigError otherwise. Local.
   double metric(const std::string& name) const;
   /// Whether `name` improves upward (accuracy) or downward (loss, perplexity). Local.
   static bool higher_is_better(const std::string& name);

@@ -41,7 +41,9 @@ struct LossOutput {
   torch::Tensor loss;        ///< scalar, differentiable
   double loss_sum = 0;       ///< sum of per-sample (per-token) losses
   std::int64_t correct = 0;  ///< top-1 correct predictions
-  std::int64_t count = 0;    ///< samples (classification) or tokens (language modelling)
+  std::int64_t count = 0;    ///< samples (classification), tokens (language modelling) or
+                             ///< target elements (regression)
+  double abs_error_sum = 0;  ///< regression: sum of |prediction - target| (mean absolute error)
 };
 
 class Model : public torch::nn::Module {
@@ -51,11 +53,20 @@ class Model : public torch::nn::Module {
   virtual torch::Tensor forward(const torch::Tensor& inputs) = 0;
   /// Loss and metric sums of `outputs` against `targets`. Collective over the tp group when tp > 1.
   virtual LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) = 0;
-  /// "classification" or "language_model". Local.
+  /// "classification", "language_model" or "regression". Local.
   virtual std::string task() const = 0;
   /// Forward FLOPs for one sample (a multiply-add counts 2), counted from the layers; the whole
   /// logical model, not this rank's shard. Local.
   virtual double forward_flops_per_sample() const = 0;
+  /// Where forward_flops_per_sample comes from, for the ledger ("counted from the layers",
+  /// "profiler", "model.flops_per_sample"). Local.
+  virtual std::string flops_source() const { return "counted from the layers"; }
+  /// Checks that a batch of the data fits the model before training or evaluation starts:
+  /// `inputs` and `targets` are one batch (a sample or a few) of the file named by `where`, with
+  /// `num_classes` classes (classification). Throws ConfigError naming the shapes seen when it
+  /// does not. Built-in models check their sizes when they are built (default: nothing). Local.
+  virtual void check_batch(const torch::Tensor& inputs, const torch::Tensor& targets,
+                           std::int64_t num_classes, const std::string& where) {}
   /// How parameter `name` is sharded (default: replicated, logical shape = local shape). Local.
   virtual ShardInfo shard_info(const std::string& name) const;
   /// Parameters of the logical model (all shards together). Local.
@@ -73,4 +84,29 @@ std::shared_ptr<Model> build_model(ConfigSection& model_section, const ModelCont
 /// Names build_model knows. Local.
 std::vector<std::string> model_names();
 
+/// Adds model family `name` to the registry build_model uses (a C++ model from outside the
+/// tree: see HPCTRAIN_REGISTER_MODEL and docs/MODELS.md). Throws Error when the name is taken.
+/// Local; every rank registers the same models (every rank loads the same plugins).
+void register_model(const std::string& name, ModelFactory factory);
+
+/// Loads the shared library at `path` (a plugin of models built against the installed hpctrain
+/// package), whose HPCTRAIN_REGISTER_MODEL objects register its models as it loads. Loading
+/// the same file again does nothing. `key` names the option or config key in messages
+/// ("--plugin", "model.plugin"). Throws ConfigError for a missing file, a library that does
+/// not load (dlerror's reason) or one that registers nothing. Local.
+void load_plugin(const std::string& path, const std::string& key);
+
 }  // namespace hpctrain::model
+
+/// Registers `factory` (a ModelFactory: std::shared_ptr<Model>(ConfigSection&, const
+/// ModelContext&)) as model.name `name` when the program or plugin holding this line is loaded.
+/// Put it at namespace scope in one .cpp file of the model.
+#define HPCTRAIN_REGISTER_MODEL(name, factory)                                         \
+  static const bool HPCTRAIN_MODEL_CONCAT(hpctrain_model_registered_, __LINE__) = [] { \
+    ::hpctrain::model::register_model(name, factory);                                  \
+    return true;                                                                       \
+  }()
+#define HPCTRAIN_MODEL_CONCAT_(a, b) a##b
+#define HPCTRAIN_MODEL_CONCAT(a, b) HPCTRAIN_MODEL_CONCAT_(a, b)
+
+namespace hpctrain::model {}  // namespace hpctrain::model

@@ -63,4 +63,9 @@ class GradientSynchronizer {
 /// Collective over `group`.
 void broadcast_parameters(FlatParameters& flat, comm::Communicator& group);
 
+/// Copies the buffers of `module` (BatchNorm running statistics and the like) of group rank 0 to
+/// every rank, in registration order. A no-op for a module without buffers (the built-in models).
+/// Collective over `group`.
+void broadcast_buffers(torch::nn::Module& module, comm::Communicator& group);
+
 }  // namespace hpctrain::parallel

@@ -33,6 +33,8 @@ struct LedgerFacts {
   std::string task;
   std::int64_t parameters = 0;
   double forward_flops_per_sample = 0;
+  /// Where forward_flops_per_sample came from (Model::flops_source()).
+  std::string flops_source = "counted from the layers";
   std::int64_t tokens_per_sample = 1;  ///< sequence length for language models
   std::int64_t steps = 0;
   std::int64_t samples_trained = 0;  ///< over all data-parallel ranks

@@ -88,7 +88,7 @@ TEST(ConfigSections, EachSectionNamesTheBadKey) {
   expect_error("parallel: {bucket_mb: -1}\n", "parallel.bucket_mb", ">= 0");
   expect_error("eval: {batch_size: 0}\n", "eval.batch_size", "at least 1");
   expect_error("eval: {every_steps: -5}\n", "eval.every_steps", ">= 0");
-  expect_error("eval: {metric: f1}\n", "eval.metric", "loss, accuracy, perplexity");
+  expect_error("eval: {metric: f1}\n", "eval.metric", "loss, accuracy, perplexity, mse, mae");
   expect_error("eval: {patience: -1}\n", "eval.patience", ">= 0");
   expect_error("eval: {max_samples: -1}\n", "eval.max_samples", ">= 0");
   expect_error("checkpoint: {keep: 1}\n", "checkpoint.keep", "at least 2");

@@ -39,13 +39,13 @@ const std::vector<Reference> kReferences{
 OptimizerConfig config_of(const std::string& name) {
   OptimizerConfig c;
   if (name == "sgd_momentum" || name == "sgd_nesterov") {
-    c.name = "sgd";
+    c.kind = OptimizerKind::kSgd;
     c.lr = 0.1;
     c.momentum = 0.9;
     c.nesterov = name == "sgd_nesterov";
     c.weight_decay = 0.01;
   } else {
-    c.name = name == "adamw" ? "adamw" : "adam";
+    c.kind = name == "adamw" ? OptimizerKind::kAdamW : OptimizerKind::kAdam;
     c.lr = 0.01;
     c.beta1 = 0.9;
     c.beta2 = 0.999;

@@ -1,0 +1,38 @@
+#pragma once
+// The loss and metric sums of each task, shared by the built-in models and the user's own
+// (TorchScript or plugin) models, so every model of a task is scored the same way.
+//
+//   classification  logits [B, C], int64 labels [B]: cross entropy; correct = top-1 hits;
+//                   count = B
+//   language_model  logits [B, T, V], int64 targets [B, T]: cross entropy per token;
+//                   correct = top-1 token hits; count = B * T
+//   regression      predictions and float32 targets of one shape [B, ...]: squared error;
+//                   abs_error_sum = sum of |error|; count = elements of the targets
+
+#include <string>
+#include <vector>
+
+#include "hpctrain/model/model.hpp"
+
+namespace hpctrain::model {
+
+/// The tasks a model can have, as Model::task() names them. Local.
+const std::vector<std::string>& task_names();
+
+/// Mean cross entropy of `logits` [B, C] against int64 `labels` [B], with the loss sum and the
+/// number of correct top-1 predictions. Local.
+LossOutput classification_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+
+/// Mean next-token cross entropy of unsharded `logits` [B, T, V] against int64 `targets`
+/// [B, T], per token. Local.
+LossOutput language_model_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+/// Mean squared error of `predictions` against float `targets` of the same shape, over every
+/// element; abs_error_sum feeds the mean absolute error. Local.
+LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor& targets);
+
+/// The loss of `task` (one of task_names()). Local.
+LossOutput task_loss(const std::string& task, const torch::Tensor& outputs,
+                     const torch::Tensor& targets);
+
+}  // namespace hpctrain::model

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# TorchScript models against the built-in ones: the MLP and CNN written in PyTorch
+# (scripts/torchscript_models.py: the same architectures) train in hpctrain next to the built-in
+# mlp and cnn with the same data, batch (64 per rank), optimizer (Adam 1e-3), ranks (2) and
+# threads (1 per rank), alternating runs in one invocation; samples/s from each run's ledger.
+#   scripts/bench_torchscript.sh [mlp|cnn|all] [steps] [repeats]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}
+steps=${2:-600}
+repeats=${3:-2}
+bin=${BUILD_DIR:-build}/bin/hpctrain
+[[ -x $bin ]] || ./scripts/build.sh
+data=${DATA_DIR:-data/fashion-mnist}
+[[ -f $data/train.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
+flags=(--bind-to core)
+[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+out=${BENCH_OUT:-/tmp/hpctrain-bench-torchscript}
+rm -rf "$out" && mkdir -p "$out"
+/usr/bin/python3 scripts/torchscript_models.py "$out/models" >/dev/null
+models=(mlp cnn)
+[[ $which != all ]] && models=("$which")
+common=(--set "data.train=$data/train.h5" --set "data.val=$data/test.h5" --set data.batch_size=64
+  --set "run.max_steps=$steps" --set eval.every_steps=0 --set eval.at_end=false
+  --set checkpoint.at_end=false --set logging.progress=plain --resume none)
+for model in "${models[@]}"; do
+  for r in $(seq 1 "$repeats"); do
+    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
+      "${common[@]}" --set "run.dir=$out/$model-builtin-$r" >"$out/$model-builtin-$r.log" 2>&1
+    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c configs/fmnist-torchscript.yaml \
+      "${common[@]}" --set "model.file=$out/models/$model.pt" \
+      --set "run.dir=$out/$model-torchscript-$r" >"$out/$model-torchscript-$r.log" 2>&1
+  done
+done
+/usr/bin/python3 - "$out" "$repeats" "${models[@]}" <<'PY'
+import json, sys
+out, repeats, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(f"{'model':5s} {'implementation':12s} {'samples/s (each run)':32s} {'best':>8s} {'ts/built-in':>11s}")
+for model in models:
+    rates = {}
+    for kind in ("builtin", "torchscript"):
+        rates[kind] = [json.load(open(f"{out}/{model}-{kind}-{r}/ledger.json"))["throughput"]["train_samples_per_s"]
+                       for r in range(1, repeats + 1)]
+    for kind in ("builtin", "torchscript"):
+        runs = ", ".join(f"{v:,.0f}" for v in rates[kind])
+        ratio = max(rates[kind]) / max(rates["builtin"])
+        print(f"{model:5s} {kind:12s} {runs:32s} {max(rates[kind]):8,.0f} {ratio:11.2f}")
+PY

@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""torch_reference.py MODEL.pt TRAIN.h5 --ranks R --batch B --steps S --seed SEED --lr LR
+   --out OUT.json [--state OUT_STATE.pt]
+
+Trains the scripted module MODEL.pt in plain PyTorch the way hpctrain trains it on R
+data-parallel ranks: global batch s of the sample order of docs/DATA.md (scripts/data_order.py),
+rank r's contiguous slice of B samples, each rank's forward in training mode on its slice only
+(its own BatchNorm batch statistics and running statistics; every rank's dropout draws from the
+same generator state, as every hpctrain rank seeds LibTorch's generator with run.seed), the mean
+over ranks of the per-rank mean-loss gradients, then torch.optim.Adam. Writes the global loss of
+every step and, with --state, the state_dict dp rank 0 ends with (what hpctrain saves).
+"""
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
+import data_order  # noqa: E402
+
+
+def read_inputs(f, indices):
+    x = f["inputs"]
+    rows = np.stack([x[i] for i in indices])
+    if x.dtype == np.uint8:
+        scale = float(x.attrs.get("scale", f.attrs.get("scale", 1.0 / 255.0)))
+        # hpctrain maps each byte through float(v * scale), the product taken in double.
+        lut = (np.arange(256, dtype=np.float64) * scale).astype(np.float32)
+        return torch.from_numpy(lut[rows])
+    return torch.from_numpy(rows.astype(np.float32))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("data")
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--batch", type=int, required=True, help="samples per rank")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--out", required=True)
+    p.add_argument("--state")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    module = torch.jit.load(a.model)
+    module.train()
+    buffer_names = [n for n, _ in module.named_buffers()]
+    # Every rank starts from rank 0's buffers and then keeps its own.
+    rank_buffers = [{n: b.clone() for n, b in module.named_buffers()} for _ in range(a.ranks)]
+    params = [q for _, q in module.named_parameters()]
+    opt = torch.optim.Adam(params, lr=a.lr)
+    torch.manual_seed(a.seed)
+    losses = []
+    with h5py.File(a.data, "r") as f:
+        n = f["labels"].shape[0]
+        labels = f["labels"][:]
+        batches = data_order.global_batches(n, a.batch * a.ranks, a.seed, True, a.steps)
+        for step, batch in enumerate(batches):
+            opt.zero_grad()
+            rng = torch.get_rng_state()
+            total = 0.0
+            for r in range(a.ranks):
+                idx = batch[r * a.batch:(r + 1) * a.batch]
+                x = read_inputs(f, idx)
+                y = torch.from_numpy(labels[idx].astype(np.int64))
+                with torch.no_grad():
+                    for name, value in rank_buffers[r].items():
+                        dict(module.named_buffers())[name].copy_(value)
+                torch.set_rng_state(rng)
+                logits = module(x)
+                loss_sum = F.cross_entropy(logits, y, reduction="sum")
+                (loss_sum / a.batch / a.ranks).backward()
+                total += loss_sum.item()
+                rank_buffers[r] = {n: b.clone() for n, b in module.named_buffers()}
+            opt.step()
+            losses.append(total / (a.batch * a.ranks))
+    with torch.no_grad():
+        for name, value in rank_buffers[0].items():
+            dict(module.named_buffers())[name].copy_(value)
+    with open(a.out, "w") as out:
+        json.dump({"losses": losses, "buffers": buffer_names}, out)
+    if a.state:
+        torch.save(module.state_dict(), a.state)
+
+
+if __name__ == "__main__":
+    main()
