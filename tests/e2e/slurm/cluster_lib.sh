@@ -62,7 +62,7 @@ cluster_up() {
   export SLURM_CONF=$CLUSTER_DIR/slurm.conf
   # Four ranks share the machine's two cores: ranks waiting in MPI yield the core instead of
   # spinning (mpirun --oversubscribe does this itself; srun-started ranks do not know). Without it
-  # a cross-node step of the tiny MLP took ~300 ms instead of a few.
+  # a 2 x 2 step took ~300 ms, nearly all of it waiting in MPI (jobs/README.md).
   export OMPI_MCA_mpi_yield_when_idle=1
   export HPCTRAIN_CLUSTER_AGENT=$CLUSTER_DIR/mpirun-agent
   echo "cluster: $(sinfo -h -N -p debug -o '%N:%T' | tr '\n' ' ')"
