@@ -40,6 +40,13 @@ if [[ $(id -u) -ne 0 ]]; then
   fi
 fi
 export DEBIAN_FRONTEND=noninteractive
-"${sudo_cmd[@]}" apt-get update -qq
-"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# apt's output (a thousand lines on a fresh machine) goes to a log, shown only when it fails.
+log=$(mktemp -t hpctrain-setup.XXXXXX.log)
+if ! { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq \
+  --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup: apt-get failed (log above, kept in $log)" >&2
+  exit 1
+fi
+rm -f "$log"
 echo "setup: done"
