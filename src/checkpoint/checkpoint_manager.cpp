@@ -143,7 +143,7 @@ void CheckpointManager::Impl::finish_pending() {
   const auto outcome = nlohmann::json::parse(world->broadcast(text));
   const std::string error = outcome.at("error").get<std::string>();
   // Every rank throws it (they all got it from world rank 0): reported once, by rank 0.
-  if (!error.empty()) throw AgreedError(error, kExitCheckpoint);
+  if (!error.empty()) throw AgreedCheckpointError(error);
   last_save_seconds = outcome.at("seconds").get<double>();
   last_bytes = outcome.at("bytes").get<std::int64_t>();
   last_path = outcome.at("path").get<std::string>();

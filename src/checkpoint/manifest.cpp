@@ -168,18 +168,20 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
           "\"metric\" should be a number or null");
   if (j.contains("rng") && !j.at("rng").is_null()) {
     const auto& rng = j.at("rng");
-    require(rng.is_object() && is_int(rng, "ranks") && is_int(rng, "bytes") &&
-                rng.at("ranks").get<std::int64_t>() >= 1 &&
-                rng.at("bytes").get<std::int64_t>() >= 1 &&
-                rng.at("bytes").get<std::int64_t>() <= (std::int64_t{1} << 20) &&
-                (!rng.contains("file") || rng.at("file").is_string()) &&
-                (!rng.contains("dataset") || rng.at("dataset").is_string()),
-            what, "\"rng\" should be null or {\"file\", \"dataset\", \"ranks\" >= 1, \"bytes\" in 1..1 MiB}");
+    require(
+        rng.is_object() && is_int(rng, "ranks") && is_int(rng, "bytes") &&
+            rng.at("ranks").get<std::int64_t>() >= 1 && rng.at("bytes").get<std::int64_t>() >= 1 &&
+            rng.at("bytes").get<std::int64_t>() <= (std::int64_t{1} << 20) &&
+            (!rng.contains("file") || rng.at("file").is_string()) &&
+            (!rng.contains("dataset") || rng.at("dataset").is_string()),
+        what,
+        "\"rng\" should be null or {\"file\", \"dataset\", \"ranks\" >= 1, \"bytes\" in 1..1 MiB}");
   }
   require(j.contains("files") && j.at("files").is_object(), what, "\"files\" missing");
   for (const auto& [name, file] : j.at("files").items()) {
     require(!name.empty() && name.find('/') == std::string::npos && name != "." && name != "..",
-            what, str("files entry '", clip(name), "' should be a file name inside the checkpoint"));
+            what,
+            str("files entry '", clip(name), "' should be a file name inside the checkpoint"));
     require(file.is_object() && file.contains("bytes") && file.at("bytes").is_number_unsigned() &&
                 file.contains("xxh3") && file.at("xxh3").is_string(),
             what, str("files entry '", name, "' should hold bytes and xxh3"));
@@ -198,7 +200,8 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
                 "', which is none of the dtypes checkpoints store"));
     const auto& shape = t.at("shape");
     bool shape_ok = shape.size() <= 32;
-    for (const auto& d : shape) shape_ok = shape_ok && d.is_number_integer() && d.get<std::int64_t>() >= 0;
+    for (const auto& d : shape)
+      shape_ok = shape_ok && d.is_number_integer() && d.get<std::int64_t>() >= 0;
     require(shape_ok, what,
             str("tensor '", clip(name), "' should have a shape of non-negative integers"));
     const auto split_dim = t.at("split_dim").get<std::int64_t>();

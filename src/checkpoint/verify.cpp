@@ -209,8 +209,9 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
     // Present but not a step_<N> name (garbage, a path such as ../../etc): say so, then scan.
     std::string text;
     try {
-      text = S_ISREG(latest_st.st_mode) && latest_st.st_size <= 4096 ? io::read_file(latest_path)
-                                                                      : std::string("(not a small file)");
+      text = S_ISREG(latest_st.st_mode) && latest_st.st_size <= 4096
+                 ? io::read_file(latest_path)
+                 : std::string("(not a small file)");
     } catch (const CheckpointError& e) {
       text = e.what();
     }
@@ -219,8 +220,8 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
     for (unsigned char c : clip(text, 80)) {
       shown += c >= 32 && c < 127 ? std::string(1, static_cast<char>(c)) : str("\\x", std::hex, +c);
     }
-    choice.skipped.push_back(str(latest_path, " holds '", shown,
-                                 "', not the name of a checkpoint (step_<N>): ignored"));
+    choice.skipped.push_back(
+        str(latest_path, " holds '", shown, "', not the name of a checkpoint (step_<N>): ignored"));
   }
   if (latest) {
     const Verification v = verify(*latest);

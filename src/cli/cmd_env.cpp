@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "command.hpp"
-#include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/nccl_communicator.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
+#include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"

@@ -155,7 +155,8 @@ int run_main(int argc, char** argv) {
   runtime::Watchdog::start(global.collective_timeout);
   // A stop signal ends any command at once with 75 (the train step loop agrees on it instead).
   static std::string command_name;
-  for (const std::string& part : chosen->path) command_name += (command_name.empty() ? "" : " ") + part;
+  for (const std::string& part : chosen->path)
+    command_name += (command_name.empty() ? "" : " ") + part;
   runtime::install_stop_signal_handlers(command_name.c_str());
 
   CommandContext ctx{rt, global};
@@ -163,11 +164,12 @@ int run_main(int argc, char** argv) {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
     for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
     return chosen->run(ctx);
-  } catch (const AgreedError& e) {
-    // The same error on every rank: one message, and every rank stops by itself.
-    if (rt.world_rank() == 0) log::error(clip(e.what(), 8000));
-    return e.exit_code();
   } catch (const Error& e) {
+    if (dynamic_cast<const Agreed*>(&e) != nullptr) {
+      // The same error on every rank: one message, and every rank stops by itself.
+      if (rt.world_rank() == 0) log::error(clip(e.what(), 8000));
+      return e.exit_code();
+    }
     // Messages name values; a huge one (a 1 MB --set value) must not make a huge line.
     log::error(clip(e.what(), 8000));
     if (rt.world_size() > 1) runtime::abort_job(e.exit_code());

@@ -255,9 +255,9 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
                                 ? " (or beyond: an unsigned label above 2^63-1)"
                                 : "",
                             " is outside [0, ", num_classes > 0 ? num_classes : kMaxClasses, ")",
-                            file_classes          ? " (attribute num_classes)"
-                            : num_classes > 0     ? " (the model's classes)"
-                                                  : " (the most classes hpctrain supports)",
+                            file_classes      ? " (attribute num_classes)"
+                            : num_classes > 0 ? " (the model's classes)"
+                                              : " (the most classes hpctrain supports)",
                             ": labels must be class indices 0..num_classes-1; fix the file or "
                             "its num_classes attribute"));
       }

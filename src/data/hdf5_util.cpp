@@ -56,7 +56,8 @@ std::string tidy_driver_message(const std::string& text) {
   const std::size_t begin = message_at + 17;
   const std::size_t end = text.find('\'', begin);
   const std::string what = text.substr(0, std::min(text.find(':'), text.size()));
-  const std::string why = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  const std::string why =
+      text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
   return str(what, ": ", why, " (errno ", err, ")",
              err == 28 || err == 122 ? ": free space (or quota) on that file system" : "");
 }

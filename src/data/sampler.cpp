@@ -89,8 +89,8 @@ TrainSampler::TrainSampler(std::int64_t num_samples, std::int64_t global_batch, 
   // more samples than memory holds (a damaged or hostile shape) is refused here, naming the
   // count, instead of failing later with a bare std::bad_alloc.
   const double order_bytes = static_cast<double>(num_samples) * sizeof(std::int64_t);
-  const double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
-                        static_cast<double>(::sysconf(_SC_PAGESIZE));
+  const double memory =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   if (memory > 0 && order_bytes > memory / 2) {
     throw DataError(str("the training set declares ", num_samples,
                         " samples: the order of one epoch would take ", format_bytes(order_bytes),

@@ -172,7 +172,8 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
   } catch (const std::exception& e) {
     // Only the manifest's fields are read here, and parse_manifest checked their types.
     p.status = "bad";
-    p.message = str("checkpoint '", dir, "' does not verify: ", checkpoint::kManifestFile, ": ", e.what());
+    p.message =
+        str("checkpoint '", dir, "' does not verify: ", checkpoint::kManifestFile, ": ", e.what());
   }
   if (p.status == "error" || p.status == "bad") p.config_text.clear();
   return p;

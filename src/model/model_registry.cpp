@@ -121,10 +121,11 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
   try {
     return it->second(section, ctx);
   } catch (const std::bad_alloc&) {
-    throw ConfigError(str("model.name = ", name,
-                          ": out of memory while allocating the model's parameters: the sizes in "
-                          "the model section (widths, layers, vocab_size, in_features) are too large "
-                          "for this machine's memory"));
+    throw ConfigError(
+        str("model.name = ", name,
+            ": out of memory while allocating the model's parameters: the sizes in "
+            "the model section (widths, layers, vocab_size, in_features) are too large "
+            "for this machine's memory"));
   } catch (const c10::Error& e) {
     throw ConfigError(str("model.name = ", name, ": building the model failed (",
                           clip(e.what_without_backtrace(), 300),

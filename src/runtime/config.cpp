@@ -3,8 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <map>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "hpctrain/runtime/error.hpp"
@@ -135,7 +135,8 @@ Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
   config.origin_ = origin;
   if (const std::size_t bad = invalid_utf8(text); bad != std::string::npos) {
-    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
+    const auto line =
+        std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
     throw ConfigError(str(origin, ": byte 0x", std::hex, +static_cast<unsigned char>(text[bad]),
                           std::dec, " at line ", line,
                           " is not UTF-8: a config is UTF-8 text; re-save it as UTF-8"));
@@ -184,7 +185,8 @@ void Config::set(const std::string& assignment) {
   std::vector<std::string> parts;
   std::stringstream split(key);
   for (std::string part; std::getline(split, part, '.');) {
-    if (part.empty()) throw ConfigError(str("override '", clip(assignment), "': empty key component"));
+    if (part.empty())
+      throw ConfigError(str("override '", clip(assignment), "': empty key component"));
     parts.push_back(part);
   }
   if (parts.size() < 2) {

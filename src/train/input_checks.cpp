@@ -31,16 +31,18 @@ void check_model_input_fits_data(ConfigSection& model_section, const data::Datas
   if (name == "mlp") {
     const auto in_features = model_section.get<std::int64_t>("in_features", 784);
     if (in_features != values) {
-      throw DataError(str(key, " = ", info.path, ": samples of shape ", shape_text(info.sample_shape),
-                          " (", values, " values) do not fit model.in_features = ", in_features,
+      throw DataError(str(key, " = ", info.path, ": samples of shape ",
+                          shape_text(info.sample_shape), " (", values,
+                          " values) do not fit model.in_features = ", in_features,
                           ": set model.in_features = ", values));
     }
   } else if (name == "cnn") {
     const auto input_shape =
         model_section.get<std::vector<std::int64_t>>("input_shape", {1, 28, 28});
     if (product(input_shape) != values) {
-      throw DataError(str(key, " = ", info.path, ": samples of shape ", shape_text(info.sample_shape),
-                          " do not fit model.input_shape = [", shape_text(input_shape),
+      throw DataError(str(key, " = ", info.path, ": samples of shape ",
+                          shape_text(info.sample_shape), " do not fit model.input_shape = [",
+                          shape_text(input_shape),
                           "]: set model.input_shape to the samples' [channels, height, width]"));
     }
   }

@@ -4,8 +4,8 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "hpctrain/runtime/error.hpp"
@@ -64,8 +64,8 @@ void drop_records_after(const std::string& path, std::int64_t resume_step) {
   std::filesystem::rename(temp, path, ec);
   if (ec) throw Error(str("cannot replace ", path, " on resume: ", ec.message()));
   log::info(str("metrics.jsonl: moved ", count, " record(s) of steps after ", resume_step,
-                " (written by a run that stopped before its next checkpoint) to ",
-                path, ".superseded"));
+                " (written by a run that stopped before its next checkpoint) to ", path,
+                ".superseded"));
 }
 
 }  // namespace

@@ -22,12 +22,15 @@ std::string advice_for(int err) {
   switch (err) {
     case EROFS: return "the file system is mounted read-only: choose a run.dir on a writable one";
     case EACCES:
-    case EPERM: return "the job's user may not write there: fix the permissions or choose another run.dir";
+    case EPERM:
+      return "the job's user may not write there: fix the permissions or choose another run.dir";
     case ENOTDIR:
-    case EEXIST: return "a file (not a directory) is in the way: remove it or choose another run.dir";
+    case EEXIST:
+      return "a file (not a directory) is in the way: remove it or choose another run.dir";
     case ENAMETOOLONG: return "the path or one of its names is too long: choose a shorter run.dir";
     case ENOSPC:
-    case EDQUOT: return "the file system is full (or over quota): free space or choose another run.dir";
+    case EDQUOT:
+      return "the file system is full (or over quota): free space or choose another run.dir";
     default: return "choose another run.dir";
   }
 }

@@ -67,14 +67,16 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
   // checked here, and a bad one named (exit 4), instead of a JSON library message.
   auto field = [&j](const char* key, std::optional<std::int64_t> fallback) -> std::int64_t {
     if (!j.is_object()) {
-      throw CheckpointError("manifest.json: \"trainer_state\" should be an object: the "
-                            "checkpoint was not written by hpctrain train; resume from another");
+      throw CheckpointError(
+          "manifest.json: \"trainer_state\" should be an object: the "
+          "checkpoint was not written by hpctrain train; resume from another");
     }
     if (!j.contains(key) && fallback) return *fallback;
     if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<std::int64_t>() < 0) {
-      throw CheckpointError(str("manifest.json: trainer_state.", key,
-                                " should be a non-negative integer: the manifest was edited or "
-                                "was not written by hpctrain train; resume from another checkpoint"));
+      throw CheckpointError(
+          str("manifest.json: trainer_state.", key,
+              " should be a non-negative integer: the manifest was edited or "
+              "was not written by hpctrain train; resume from another checkpoint"));
     }
     return j.at(key).get<std::int64_t>();
   };

@@ -1,6 +1,6 @@
 #pragma once
-// An error that every rank of the world raises identically, after the ranks agreed on it (a
-// checkpoint save failure that world rank 0 broadcast): printing it on every rank would repeat
+// Errors that every rank of the world raises identically, after the ranks agreed on them (a
+// checkpoint save failure that world rank 0 broadcast): printing one on every rank would repeat
 // one message world-size times.
 
 #include <string>
@@ -9,12 +9,18 @@
 
 namespace hpctrain {
 
-/// Raised on every rank at once with the same message and code. main() prints it on world rank 0
-/// only and every rank ends with the code, without MPI_Abort (no rank is left waiting: every
-/// rank stops).
-class AgreedError : public Error {
+/// Marks an error raised on every rank at once with the same message and code. main() prints it
+/// on world rank 0 only and every rank ends with the code, without MPI_Abort (no rank is left
+/// waiting: every rank stops).
+class Agreed {
  public:
-  AgreedError(const std::string& message, int exit_code) : Error(message, exit_code) {}
+  virtual ~Agreed() = default;
+};
+
+/// A CheckpointError (exit 4) that every rank raised at once. Local to throw; see Agreed.
+class AgreedCheckpointError : public CheckpointError, public Agreed {
+ public:
+  explicit AgreedCheckpointError(const std::string& message) : CheckpointError(message) {}
 };
 
 }  // namespace hpctrain

@@ -103,8 +103,9 @@ TEST(CheckpointManifest, SchemaOfAResealedManifestIsChecked) {
     return error_of([&] { parse_manifest(seal_manifest(m), "m"); });
   };
   EXPECT_EQ(problem([](nlohmann::json&) {}), "");
-  EXPECT_NE(problem([](nlohmann::json& m) { m["trainer_state"] = nullptr; })
-                .find("\"trainer_state\" should be an object"),
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["trainer_state"] = nullptr;
+            }).find("\"trainer_state\" should be an object"),
             std::string::npos);
   EXPECT_NE(problem([](nlohmann::json& m) {
               m["tensors"]["model/fc1.weight"]["dtype"] = "quaternion";
@@ -122,11 +123,13 @@ TEST(CheckpointManifest, SchemaOfAResealedManifestIsChecked) {
               m["files"]["../../etc/passwd"] = {{"bytes", 1u}, {"xxh3", "0123456789abcdef"}};
             }).find("should be a file name inside the checkpoint"),
             std::string::npos);
-  EXPECT_NE(problem([](nlohmann::json& m) { m["rng"] = {{"ranks", 0}, {"bytes", 8}}; })
-                .find("\"rng\" should be null or"),
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["rng"] = {{"ranks", 0}, {"bytes", 8}};
+            }).find("\"rng\" should be null or"),
             std::string::npos);
-  EXPECT_NE(problem([](nlohmann::json& m) { m["metric"] = "high"; })
-                .find("\"metric\" should be a number or null"),
+  EXPECT_NE(problem([](nlohmann::json& m) {
+              m["metric"] = "high";
+            }).find("\"metric\" should be a number or null"),
             std::string::npos);
 }
 

@@ -84,7 +84,8 @@ TEST(StopSignals, OutsideTheStepLoopASignalExitsAt75) {
         std::_Exit(0);  // not reached
       },
       ::testing::ExitedWithCode(75),
-      "test: SIGTERM received outside the training step loop: nothing to save, exiting now with 75");
+      "test: SIGTERM received outside the training step loop: nothing to save, exiting now with "
+      "75");
   // The scope restores kExit after the loop.
   runtime::install_stop_signal_handlers();
   { runtime::StopModeScope agree(runtime::StopMode::kAgree); }
