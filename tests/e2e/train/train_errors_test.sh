@@ -24,7 +24,7 @@ expect_grep "none.h5" "$TMP/nodata.txt"
 
 expect_exit 3 "$TMP/shape.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set "run.dir=$TMP/r" --set model.in_features=100
-expect_grep "do not fit the model" "$TMP/shape.txt"
+expect_grep "\(784 values\) do not fit model.in_features = 100: set model.in_features = 784" "$TMP/shape.txt"
 
 # NaN injected into rank 1's loss at step 3: stop with exit 6 before the update.
 expect_exit 6 "$TMP/nan.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
