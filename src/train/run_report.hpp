@@ -18,10 +18,10 @@ namespace hpctrain::train {
 
 class RunReport {
  public:
-  /// `rank0`: this rank writes. `fresh`: the run starts at step 0 (metrics.jsonl starts anew).
-  /// Local.
+  /// `rank0`: this rank writes. `resume_step`: the step the run starts at (0: metrics.jsonl
+  /// starts anew; else records of later steps are moved aside, see RunLog). Local.
   RunReport(bool rank0, const std::string& run_dir, ProgressMode progress, std::int64_t total_steps,
-            bool fresh);
+            std::int64_t resume_step);
 
   RunLog& log() { return log_; }
 
