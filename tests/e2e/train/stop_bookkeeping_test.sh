@@ -39,6 +39,13 @@ for attempt in 1 2 3; do
   # The rank processes are mpirun's children; signal only the second one.
   ranks=$(pgrep -P "$pid" -f "hpctrain train" | sort -n)
   target=$(sed -n 2p <<<"$ranks")
+  # Signal it only once its handler is installed (SigCgt has SIGUSR1's bit, 1 << 9): under load a
+  # rank can lag the one that logged.
+  for _ in $(seq 1 100); do
+    caught=$(awk '/^SigCgt/ {print $2}' "/proc/$target/status" 2>/dev/null)
+    [[ -n $caught ]] && (((16#$caught >> 9) & 1)) && break
+    sleep 0.05
+  done
   [[ -n $target ]] && kill -USR1 "$target"
   wait "$pid"
   code=$?

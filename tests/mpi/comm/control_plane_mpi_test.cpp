@@ -119,7 +119,9 @@ TEST(ControlPlane, DuplicateCarriesItsOwnMessages) {
   EXPECT_DOUBLE_EQ(on_main, n);
   if (n > 1) {
     if (r == 0) copy->send_text(1, 5, "to one");
-    if (r == 1) EXPECT_EQ(copy->recv_text(0, 5), "to one");
+    if (r == 1) {
+      EXPECT_EQ(copy->recv_text(0, 5), "to one");
+    }
   }
   copy->barrier();
 }
