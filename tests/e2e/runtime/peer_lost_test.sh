@@ -29,7 +29,7 @@ start_job() {
 # rank_pids: the pids of the ranks of the job LAUNCHER started, "rank:pid" per line.
 rank_pids() {
   local p rank t
-  t=$(ps -o pid= --ppid "$(ps -o pid= --ppid "$LAUNCHER" | head -1)")
+  t=$(ps -o pid= --ppid "$(ps -o pid= --ppid "$LAUNCHER" | head -1 | tr -d " ")")
   for p in $t $(for q in $t; do ps -o pid= --ppid "$q"; done); do
     rank=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
     [[ -n $rank ]] && echo "$rank:$p"
