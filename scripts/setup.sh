@@ -13,7 +13,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   python3-torch python3-h5py python3-numpy python3-yaml
   dataset-fashion-mnist fortunes
-  slurm-wlm munge
+  slurm-wlm munge iproute2
   zlib1g-dev
 )
 

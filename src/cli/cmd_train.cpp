@@ -7,8 +7,8 @@
 
 #include "command.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
-#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/parallel/parallel_config.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"

@@ -1,7 +1,5 @@
 #include "run_report.hpp"
 
-#include "run_files.hpp"
-
 #include <filesystem>
 #include <fstream>
 
@@ -9,6 +7,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "run_files.hpp"
 
 namespace hpctrain::train {
 namespace {

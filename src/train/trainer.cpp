@@ -95,7 +95,8 @@ TrainerState TrainerState::from_json(const nlohmann::json& j) {
     throw CheckpointError("manifest.json: trainer_state.best_step should be an integer");
   }
   if (j.contains("interrupted_eval_step") && !j.at("interrupted_eval_step").is_number_integer()) {
-    throw CheckpointError("manifest.json: trainer_state.interrupted_eval_step should be an integer");
+    throw CheckpointError(
+        "manifest.json: trainer_state.interrupted_eval_step should be an integer");
   }
   if (j.contains("optimizer_steps")) field("optimizer_steps", 0);
   s.eval = eval::EvalProgress::from_json(j);
