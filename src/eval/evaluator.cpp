@@ -75,7 +75,10 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
       auto targets = batch.targets.to(device);
       model::LossOutput out;
       {
-        compat::AutocastScope autocast(options.bf16, device);
+        compat::AutocastScope autocast(options.bf16                       ? at::kBFloat16
+                                       : options.fp16 && device.is_cuda() ? at::kHalf
+                                                                          : at::kFloat,
+                                       device);
         auto outputs = model.forward(inputs);
         autocast.end();
         out = model.loss(outputs, targets);

@@ -236,6 +236,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   eval_options.batch_size = batch_size(plan, model, data, config.model_text(), extra);
   eval_options.max_samples = plan.key.max_samples;
   eval_options.bf16 = plan.key.precision == "bf16";
+  eval_options.fp16 = plan.key.precision == "fp16";  // CUDA only: float32 on CPU
   eval_options.prefetch = options.prefetch;
   const EvalResult result = evaluate(model, data, *env.control.dp, eval_options);
   nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);

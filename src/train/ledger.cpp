@@ -42,6 +42,9 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                {"threads_per_rank", f.threads_per_rank},
                {"device", f.device}};
   j["steps"] = f.steps;
+  j["precision"] = f.precision;
+  j["skipped_steps"] = f.skipped_steps;
+  if (f.loss_scale > 0) j["loss_scale"] = f.loss_scale;
   j["samples_trained"] = f.samples_trained;
   j["samples_evaluated"] = f.samples_evaluated;
   j["rank_seconds"] = {{"forward", p[0]},    {"backward", p[1]},   {"optimizer", p[2]},

@@ -127,6 +127,7 @@ OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   if (!(c.eps > 0)) s.fail("eps", "must be positive");
   if (c.grad_clip < 0) s.fail("grad_clip", "must be >= 0 (0 turns clipping off)");
   if (c.grad_accumulation < 1) s.fail("grad_accumulation", "must be at least 1");
+  c.loss_scale = LossScaleConfig::from(s);
   return c;
 }
 

@@ -9,7 +9,21 @@
 namespace hpctrain::train {
 
 const char* precision_name(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
+  switch (precision) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp32: break;
+  }
+  return "fp32";
+}
+
+at::ScalarType autocast_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16: return at::kBFloat16;
+    case Precision::kFp16: return at::kHalf;
+    case Precision::kFp32: break;
+  }
+  return at::kFloat;
 }
 
 double parse_duration(const std::string& text, const std::string& key) {
@@ -59,7 +73,8 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.run.epochs = s.get<std::int64_t>("epochs", c.run.epochs);
     c.run.max_steps = s.get<std::int64_t>("max_steps", c.run.max_steps);
     c.run.precision = s.get_choice<Precision>(
-        "precision", c.run.precision, {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}});
+        "precision", c.run.precision,
+        {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}});
     c.run.time_limit_s = parse_duration(s.get<std::string>("time_limit", ""), "run.time_limit");
     c.run.time_margin_s = s.get<double>("time_margin_s", c.run.time_margin_s);
     if (c.run.dir.empty()) s.fail("dir", "must name the run directory");
@@ -108,6 +123,13 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.stop_step = s.get<std::int64_t>("stop_step", c.debug.stop_step);
     c.debug.stop_rank = s.get<int>("stop_rank", c.debug.stop_rank);
     c.debug.stop_eval_step = s.get<std::int64_t>("stop_eval_step", c.debug.stop_eval_step);
+    c.debug.overflow_step = s.get<std::int64_t>("overflow_step", c.debug.overflow_step);
+    c.debug.overflow_rank = s.get<int>("overflow_rank", c.debug.overflow_rank);
+  }
+  switch (c.optim.loss_scale.mode) {
+    case LossScaleMode::kAuto: c.loss_scaling = c.run.precision == Precision::kFp16; break;
+    case LossScaleMode::kDynamic: c.loss_scaling = true; break;
+    case LossScaleMode::kNone: c.loss_scaling = false; break;
   }
   return c;
 }

@@ -31,6 +31,7 @@
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/ledger.hpp"
+#include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
 #include "input_checks.hpp"
@@ -115,6 +116,7 @@ struct Trainer::Impl {
   std::unique_ptr<parallel::GradientSynchronizer> sync;
   std::unique_ptr<parallel::GradientFinalizer> finalizer;
   std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LossScaler> scaler;
   std::unique_ptr<data::TrainSampler> sampler;
   std::unique_ptr<StepRunner> steps;
   TrainerState state;
@@ -152,6 +154,11 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   if (cfg.parallel.tp != grid.tp_size()) {
     throw ConfigError(str("parallel.tp = ", cfg.parallel.tp, " but the process grid has tp = ",
                           grid.tp_size(), ": build the grid from the same config"));
+  }
+  if (cfg.run.precision == Precision::kFp16 && m.env.device.cuda_index < 0) {
+    throw ConfigError(
+        "run.precision = fp16 needs a CUDA device: LibTorch's CPU autocast has bfloat16 only. "
+        "Use run.precision=bf16 (or fp32) on CPU, or train with --device cuda");
   }
   if (cfg.data.train.empty()) {
     throw ConfigError(
@@ -229,9 +236,10 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   m.finalizer =
       std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp, std::move(replicated));
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
+  m.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
   m.steps = std::make_unique<StepRunner>(
-      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, m.env, cfg,
-                        m.device, [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
+      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, *m.scaler, m.env,
+                        cfg, m.device, [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
   const eval::Metric metric = cfg.eval.metric_for(m.model->task());
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
@@ -258,6 +266,7 @@ void Trainer::Impl::resume(const std::string& resume) {
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
   optimizer->set_steps(ts.value("optimizer_steps", state.step - state.skipped_steps));
+  if (scaler->enabled()) scaler->restore(ts.value("loss_scaler", nlohmann::json()));
   resumed_from = loaded.path;
   const auto& grid = env.grid;
   if (loaded.same_world && loaded.rng_state.defined()) {
@@ -298,6 +307,7 @@ void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   content.trainer_state["global_batch"] = global_batch;
   content.trainer_state["total_steps"] = total_steps;
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
+  if (scaler->enabled()) content.trainer_state["loss_scaler"] = scaler->to_json();
   content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
                                   /*snapshot_buffers=*/true);
   // The manager copies into reused CPU buffers on its background thread while the next step's
@@ -336,6 +346,9 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.tp = grid.tp_size();
   facts.threads_per_rank = env.device.threads;
   facts.device = env.device.device;
+  facts.precision = precision_name(cfg.run.precision);
+  facts.skipped_steps = state.skipped_steps;
+  facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
   return facts;
 }
 
@@ -363,6 +376,7 @@ bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
   eval::EvalOptions options;
   options.batch_size = cfg.eval.batch_size;
   options.bf16 = cfg.run.precision == Precision::kBf16;
+  options.fp16 = cfg.run.precision == Precision::kFp16;
   options.max_samples = cfg.eval.max_samples;
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
   options.stop_check = [&] { return stop.stop_requested(); };

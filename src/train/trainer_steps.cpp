@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/control_plane.hpp"
@@ -15,6 +16,7 @@
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
 namespace hpctrain::train {
@@ -54,11 +56,24 @@ double StepRunner::global_grad_norm() {
   return std::sqrt(std::max(0.0, tp.sum(sq)));
 }
 
+bool StepRunner::nonfinite(double grad_norm) {
+  const bool mine = !std::isfinite(grad_norm);
+  // Data-parallel gradients are identical after their all-reduce and the norm is summed over tp,
+  // so every rank normally sees the same answer. A rank-local fault would not be: where the
+  // answer decides whether a step is taken (skipping, loss scaling), the world agrees first.
+  // Under the stop policy a non-finite norm ends the job anyway.
+  if (p_.scaler.enabled() || p_.cfg.optim.on_nonfinite == NonFinitePolicy::kSkip) {
+    return p_.env.control.world->any(mine);
+  }
+  return mine;
+}
+
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                             std::int64_t total_steps, PhaseSeconds& phases) {
   StepResult r;
   const int k_total = static_cast<int>(micro.size());
-  const bool bf16 = p_.cfg.run.precision == Precision::kBf16;
+  const at::ScalarType autocast_dtype = train::autocast_dtype(p_.cfg.run.precision);
+  const double scale = p_.scaler.scale();
   const bool inject_nan =
       p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
   p_.model.train();
@@ -68,7 +83,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     auto t0 = Clock::now();
     model::LossOutput out;
     {
-      compat::AutocastScope autocast(bf16, p_.device);  // forward and loss; off again on error
+      compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
       auto outputs = p_.model.forward(inputs);
       out = p_.model.loss(outputs, targets);
     }
@@ -78,6 +93,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       out.loss_sum = std::nan("");
     }
     if (k_total > 1) loss = loss / static_cast<double>(k_total);
+    if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
     device_sync();
     phases.forward += since(t0);
 
@@ -99,9 +115,33 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   // A checkpoint's deferred copy must finish before anything below may change the parameters.
   if (p_.before_update) phases.checkpoint += p_.before_update();
   auto t2 = Clock::now();
+  if (p_.scaler.enabled()) p_.flat.grads().mul_(1.0 / scale);  // exact: a power of two
+  if (p_.cfg.debug.overflow_step == step &&
+      p_.cfg.debug.overflow_rank == p_.env.runtime.world_rank()) {
+    p_.flat.grads()[0].fill_(std::numeric_limits<float>::infinity());  // tests: this rank only
+  }
   r.grad_norm = global_grad_norm();
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
-  if (!std::isfinite(r.grad_norm)) {
+  if (nonfinite(r.grad_norm)) {
+    if (p_.scaler.enabled()) {
+      // Loss scaling: an overflow is expected now and then; skip the step and back off.
+      const double before = p_.scaler.scale();
+      p_.scaler.update(/*nonfinite=*/true);
+      r.loss_scale = p_.scaler.scale();
+      if (p_.scaler.below_min() && p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
+        throw NonFiniteError(
+            str("non-finite gradients at step ", step, " with the loss scale already at ", before,
+                ": it fell below optim.loss_scale_min = ", p_.cfg.optim.loss_scale.min,
+                ", so the gradients are not finite for another reason than float16 range. Lower "
+                "optim.lr, enable optim.grad_clip, check the data, or try run.precision=bf16"));
+      }
+      log::debug(str("step ", step, ": non-finite gradients, loss scale ", before, " -> ",
+                     r.loss_scale, ", step skipped"));
+      p_.flat.zero_grads();
+      r.skipped = true;
+      phases.optimizer += since(t2);
+      return r;
+    }
     const std::string loss_note = std::isfinite(r.local_loss)
                                       ? "the loss on this rank was finite"
                                       : str("the loss on this rank was ", r.local_loss);
@@ -116,6 +156,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     r.skipped = true;
     phases.optimizer += since(t2);
     return r;
+  }
+  if (p_.scaler.enabled()) {
+    p_.scaler.update(/*nonfinite=*/false);
+    r.loss_scale = p_.scaler.scale();
   }
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
     p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
@@ -137,6 +181,8 @@ void IntervalStats::add(const StepResult& r, std::int64_t global_batch, double s
   comm_wait += r.comm_wait;
   grad_norm = r.grad_norm;
   lr = r.lr;
+  if (r.skipped) ++skipped;
+  loss_scale = r.loss_scale;
 }
 
 void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm::ControlPlane& dp,
@@ -157,6 +203,10 @@ void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm
                            {"step_time", in.steps > 0 ? seconds / in.steps : 0},
                            {"data_wait", in.steps > 0 ? in.data_wait / in.steps : 0},
                            {"comm_time", in.steps > 0 ? in.comm_wait / in.steps : 0}};
+  if (in.loss_scale > 0) {
+    j["loss_scale"] = in.loss_scale;
+    j["skipped_steps"] = in.skipped;
+  }
   runlog.record(j);
   if (!runlog.is_live()) {
     char line[256];
@@ -164,7 +214,12 @@ void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm
                   "step %lld | epoch %lld | loss %.4f | lr %.3g | grad norm %.3g | %.0f samples/s",
                   static_cast<long long>(step), static_cast<long long>(epoch), loss, in.lr,
                   in.grad_norm, sps);
-    runlog.line(line);
+    std::string text = line;
+    if (in.loss_scale > 0) {
+      text += str(" | loss scale ", in.loss_scale);
+      if (in.skipped > 0) text += str(" (", in.skipped, " skipped)");
+    }
+    runlog.line(text);
   }
 }
 

@@ -26,6 +26,7 @@ class GradientFinalizer;
 namespace hpctrain::train {
 
 class Optimizer;
+class LossScaler;
 
 struct StepResult {
   double local_loss = 0;  ///< mean loss of this rank's samples in the step
@@ -36,6 +37,7 @@ struct StepResult {
   double lr = 0;
   double comm_wait = 0;
   bool skipped = false;
+  double loss_scale = 0;  ///< the loss scale after this step's update (0: no loss scaling)
 };
 
 /// Runs optimizer steps. Collective over the world (dp all-reduce of gradients, tp inside the
@@ -48,6 +50,7 @@ class StepRunner {
     parallel::GradientSynchronizer& sync;
     parallel::GradientFinalizer& finalizer;
     Optimizer& optimizer;
+    LossScaler& scaler;
     comm::Environment& env;
     const TrainConfig& cfg;
     torch::Device device;
@@ -64,6 +67,9 @@ class StepRunner {
  private:
   double global_grad_norm();
   void device_sync();
+  /// True when the gradients are not finite: this rank's view, or (when a rank-local answer
+  /// would make ranks act differently) agreed over the world on the control plane.
+  bool nonfinite(double grad_norm);
 
   Parts p_;
   std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp
@@ -83,6 +89,8 @@ struct IntervalStats {
   double data_wait = 0;
   double grad_norm = 0;
   double lr = 0;
+  std::int64_t skipped = 0;
+  double loss_scale = 0;  ///< after the interval's last step; 0 without loss scaling
   void add(const StepResult& r, std::int64_t global_batch, double step_seconds);
   /// Training samples per second of the interval so far (0 before the first step).
   double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }

@@ -46,14 +46,19 @@ inline void clear_autocast_cache() {
   at::autocast::clear_cache();
 }
 
-/// bf16 autocast for the device's type while the scope lives (a no-op when `enabled` is false):
-/// on at construction, off again and its cast cache cleared at end() or destruction, whatever
-/// happens in between (an exception must not leave autocast on for the next forward pass).
-/// Training, evaluation and the batch-size search all enter autocast through this. Local.
+/// Autocast for the device's type while the scope lives, with a lower-precision dtype (bfloat16,
+/// or float16 on CUDA; a no-op when off): on at construction, off again and its cast cache
+/// cleared at end() or destruction, whatever happens in between (an exception must not leave
+/// autocast on for the next forward pass). Training, evaluation and the batch-size search all
+/// enter autocast through this. Local.
 class AutocastScope {
  public:
+  /// bfloat16 autocast when `enabled`.
   AutocastScope(bool enabled, const torch::Device& device)
-      : active_(enabled), cuda_(device.is_cuda()) {
+      : AutocastScope(enabled ? at::kBFloat16 : at::kFloat, device) {}
+  /// Autocast to `dtype` (at::kBFloat16 or at::kHalf); at::kFloat means off.
+  AutocastScope(at::ScalarType dtype, const torch::Device& device)
+      : active_(dtype != at::kFloat), cuda_(device.is_cuda()), dtype_(dtype) {
     if (active_) set(true);
   }
   ~AutocastScope() { end(); }
@@ -71,13 +76,14 @@ class AutocastScope {
  private:
   void set(bool on) {
     if (cuda_) {
-      set_cuda_autocast(on, at::kBFloat16);
+      set_cuda_autocast(on, dtype_);
     } else {
-      set_cpu_autocast(on, at::kBFloat16);
+      set_cpu_autocast(on, dtype_);
     }
   }
   bool active_;
   bool cuda_;
+  at::ScalarType dtype_;
 };
 
 }  // namespace hpctrain::compat

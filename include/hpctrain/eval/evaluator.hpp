@@ -31,6 +31,7 @@ struct EvalOptions {
   /// Canonical batch size (metrics are exact for a given one).
   std::int64_t batch_size = EvalConfig::kDefaultBatchSize;
   bool bf16 = false;             ///< bfloat16 autocast for the forward pass
+  bool fp16 = false;             ///< float16 autocast (CUDA only; ignored on CPU)
   std::int64_t max_samples = 0;  ///< evaluate only the first max_samples (0 = all)
   /// Batches read ahead by a background thread (0: read inline). Metrics do not depend on it.
   int prefetch = 0;

@@ -45,6 +45,9 @@ struct LedgerFacts {
   int tp = 1;
   int threads_per_rank = 1;
   std::string device;
+  std::string precision = "fp32";  ///< run.precision
+  std::int64_t skipped_steps = 0;  ///< steps of the run skipped for non-finite gradients
+  double loss_scale = 0;           ///< the loss scale at the end (0: no loss scaling)
 };
 
 /// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak

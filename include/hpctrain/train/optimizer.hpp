@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/train/loss_scaler.hpp"
 
 namespace hpctrain {
 class ConfigSection;
@@ -35,6 +36,7 @@ struct OptimizerConfig {
   double grad_clip = 0.0;     ///< global-norm clipping threshold; 0 = off
   int grad_accumulation = 1;  ///< micro-batches per optimizer step
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  ///< optim.on_nonfinite: stop | skip
+  LossScaleConfig loss_scale;  ///< optim.loss_scale* (dynamic loss scaling, fp16)
   /// Reads and validates the section; throws ConfigError naming the key. Local.
   static OptimizerConfig from(ConfigSection& section);
 };

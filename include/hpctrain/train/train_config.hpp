@@ -3,6 +3,8 @@
 // logging, debug) and those it reads through their owners (data, parallel, eval, checkpoint).
 // docs/CONFIG.md documents every key.
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <string>
 
@@ -20,19 +22,21 @@ class Config;
 
 namespace hpctrain::train {
 
-/// Arithmetic of the training step: float32, or bfloat16 autocast with float32 master weights,
-/// gradients and optimizer state.
-enum class Precision { kFp32, kBf16 };
+/// Arithmetic of the training step: float32, or bfloat16 / float16 autocast with float32 master
+/// weights, gradients and optimizer state (float16 on CUDA only, with loss scaling).
+enum class Precision { kFp32, kBf16, kFp16 };
 
-/// "fp32", "bf16". Local.
+/// "fp32", "bf16", "fp16". Local.
 const char* precision_name(Precision precision);
+/// The autocast dtype of `precision` (at::kFloat: no autocast). Local.
+at::ScalarType autocast_dtype(Precision precision);
 
 struct RunSection {
   std::string dir;  ///< run.dir: run directory (config.yaml, metrics.jsonl, checkpoints/ ...)
   std::uint64_t seed = 1234;
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;              ///< 0: run.epochs decides; otherwise stop at the smaller
-  Precision precision = Precision::kFp32;  ///< run.precision: fp32 | bf16
+  Precision precision = Precision::kFp32;  ///< run.precision: fp32 | bf16 | fp16
   double time_limit_s = 0;    ///< run.time_limit (a duration): 0 = none; else save and stop before
   double time_margin_s = 60;  ///< run.time_margin_s: safety margin added to the measured save time
 };
@@ -48,6 +52,8 @@ struct DebugSection {
   std::int64_t stop_step = -1;       ///< request a stop (as SIGUSR1 would) at this step (tests)
   int stop_rank = -1;                ///< ... on this world rank only (-1: every rank)
   std::int64_t stop_eval_step = -1;  ///< request a stop when the evaluation of this step starts
+  std::int64_t overflow_step = -1;   ///< make this step's gradients infinite after their
+  int overflow_rank = 0;             ///< all-reduce, on this world rank only (loss-scaling tests)
 };
 
 /// A training run's configuration, parsed once. Each layer owns its section's struct, defaults
@@ -64,6 +70,8 @@ struct TrainConfig {
   checkpoint::CheckpointConfig checkpoint;
   LoggingSection logging;
   DebugSection debug;
+  /// optim.loss_scale resolved against run.precision: dynamic loss scaling on or off.
+  bool loss_scaling = false;
   /// Reads every section but `model` (the model registry reads that one). Local; throws
   /// ConfigError naming the key. `default_dir` is used when run.dir is unset.
   static TrainConfig from(Config& config, const std::string& default_dir);
