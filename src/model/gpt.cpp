@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -26,6 +27,22 @@ GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
   o.mlp_ratio = section.get<double>("mlp_ratio", o.mlp_ratio);
   o.tied_embeddings = section.get<bool>("tied_embeddings", o.tied_embeddings);
   o.dropout = section.get<double>("dropout", o.dropout);
+  const std::string attention = section.get<std::string>("attention", "auto");
+  if (attention == "auto") {
+    o.attention = compat::kHasScaledDotProductAttention ? GptAttentionKernel::kScaledDotProduct
+                                                        : GptAttentionKernel::kExplicit;
+  } else if (attention == "explicit") {
+    o.attention = GptAttentionKernel::kExplicit;
+  } else if (attention == "sdpa") {
+    if (!compat::kHasScaledDotProductAttention) {
+      section.fail("attention", str("sdpa (scaled_dot_product_attention) needs LibTorch 2.0 or "
+                                    "later; this build has ",
+                                    compat::torch_version(), ": use auto or explicit"));
+    }
+    o.attention = GptAttentionKernel::kScaledDotProduct;
+  } else {
+    section.fail("attention", "must be one of auto, explicit, sdpa");
+  }
   if (o.vocab_size < 2) section.fail("vocab_size", "must be at least 2 (256 for byte-level text)");
   if (o.seq_len < 1) section.fail("seq_len", "must be positive");
   if (o.layers < 1) section.fail("layers", "must be positive");

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -21,7 +22,8 @@ GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, cons
                            std::uint64_t seed)
     : local_heads_(options.heads / parallel::tp_size_of(tp)),
       head_dim_(options.width / options.heads),
-      dropout_(options.dropout) {
+      dropout_(options.dropout),
+      kernel_(options.attention) {
   const std::int64_t d = options.width;
   qkv = register_module("qkv", std::make_shared<parallel::ColumnParallelLinear>(
                                    parallel::ColumnParallelLinearOptions(d, 3 * d).stacked(3), tp,
@@ -42,6 +44,12 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
                                 .view({batch, t, 3, local_heads_, head_dim_})
                                 .permute({2, 0, 3, 1, 4})
                                 .contiguous();
+  if (kernel_ == GptAttentionKernel::kScaledDotProduct) {
+    // [B, H, T, hd] each; causal without a mask tensor (the fused kernels skip masked blocks).
+    torch::Tensor context = compat::causal_scaled_dot_product_attention(
+        qkv_heads[0], qkv_heads[1], qkv_heads[2], is_training() ? dropout_ : 0.0);
+    return proj->forward(context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
+  }
   torch::Tensor q = qkv_heads[0].view({bh, t, head_dim_});
   torch::Tensor k = qkv_heads[1].view({bh, t, head_dim_});
   torch::Tensor v = qkv_heads[2].view({bh, t, head_dim_});

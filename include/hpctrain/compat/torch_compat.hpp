@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <stdexcept>
 #include <string>
 
 #define HPCTRAIN_TORCH_AT_LEAST(major, minor) \
@@ -38,6 +39,27 @@ inline void set_cuda_autocast(bool enabled, at::ScalarType dtype) {
 #else
   at::autocast::set_enabled(enabled);
   at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+}
+
+/// True where LibTorch has at::scaled_dot_product_attention (2.0 and later: fused flash and
+/// memory-efficient kernels on GPU). Local.
+constexpr bool kHasScaledDotProductAttention = HPCTRAIN_TORCH_AT_LEAST(2, 0);
+
+/// Causal attention of q, k, v [B, H, T, hd] through scaled_dot_product_attention (dropout on the
+/// probabilities with `dropout`). Only where kHasScaledDotProductAttention; throws otherwise.
+/// Local.
+inline torch::Tensor causal_scaled_dot_product_attention(const torch::Tensor& q,
+                                                         const torch::Tensor& k,
+                                                         const torch::Tensor& v, double dropout) {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+#else
+  (void)q;
+  (void)k;
+  (void)v;
+  (void)dropout;
+  throw std::logic_error("scaled_dot_product_attention needs LibTorch 2.0 or later");
 #endif
 }
 

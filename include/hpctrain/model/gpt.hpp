@@ -43,6 +43,11 @@
 
 namespace hpctrain::model {
 
+/// How attention scores, softmax and the weighted sum are computed: explicitly (baddbmm with the
+/// causal mask, softmax, bmm: every LibTorch) or by scaled_dot_product_attention (LibTorch 2.x:
+/// fused flash / memory-efficient kernels on GPU). Both compute the same function.
+enum class GptAttentionKernel { kExplicit, kScaledDotProduct };
+
 /// The model section of a GPT, validated.
 struct GptOptions {
   std::int64_t vocab_size = 256;
@@ -53,6 +58,8 @@ struct GptOptions {
   double mlp_ratio = 4.0;
   bool tied_embeddings = true;
   double dropout = 0.0;
+  /// model.attention: auto (scaled_dot_product where LibTorch has it) | explicit | sdpa
+  GptAttentionKernel attention = GptAttentionKernel::kExplicit;
 
   /// MLP hidden width, width * mlp_ratio. Local.
   std::int64_t mlp_width() const;
@@ -82,6 +89,7 @@ class GptAttention : public torch::nn::Module {
   std::int64_t local_heads_;
   std::int64_t head_dim_;
   double dropout_;
+  GptAttentionKernel kernel_;
 };
 
 /// The MLP: fc column-parallel (width -> F, tanh-GELU), proj row-parallel (F -> width).

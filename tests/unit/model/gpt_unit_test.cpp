@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -65,7 +66,7 @@ TEST(GptConfig, DefaultsAreRecorded) {
   EXPECT_EQ(o.mlp_width(), 4 * o.width);
   const std::string dump = config.dump();
   for (const char* key : {"vocab_size", "seq_len", "layers", "heads", "width", "mlp_ratio",
-                          "tied_embeddings", "dropout"}) {
+                          "tied_embeddings", "dropout", "attention"}) {
     EXPECT_NE(dump.find(key), std::string::npos) << key << " missing from\n" << dump;
   }
 }
@@ -161,6 +162,46 @@ TEST(Gpt, ForwardIsCausalAndLossIsSane) {
   auto want = torch::nn::functional::cross_entropy(logits.view({-1, 256}), targets.view({-1}));
   EXPECT_NEAR(out.loss.item<double>(), want.item<double>(), 1e-5);
   EXPECT_EQ(out.correct, logits.argmax(-1).eq(targets).sum().item<std::int64_t>());
+}
+
+TEST(GptConfig, AttentionKernelIsChosenByTheLibTorchVersion) {
+  Config config = Config::parse(kTiny, "<test>");
+  ConfigSection section = config.section("model");
+  const GptOptions o = read_gpt_options(section, 1);
+  EXPECT_EQ(o.attention, compat::kHasScaledDotProductAttention
+                             ? GptAttentionKernel::kScaledDotProduct
+                             : GptAttentionKernel::kExplicit);
+  expect_config_error("model.attention=flash", 1, "model.attention");
+  if (!compat::kHasScaledDotProductAttention) {
+    expect_config_error("model.attention=sdpa", 1, "needs LibTorch 2.0 or later");
+  }
+}
+
+// The explicit path and scaled_dot_product_attention compute the same function: the same
+// logits, loss and gradients within float32 rounding.
+TEST(Gpt, ScaledDotProductAttentionMatchesTheExplicitPath) {
+  if (!compat::kHasScaledDotProductAttention) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version()
+                 << " has no scaled_dot_product_attention: only the explicit path exists";
+  }
+  auto inputs = torch::randint(256, {3, 16}, torch::kLong);
+  auto targets = torch::randint(256, {3, 16}, torch::kLong);
+  std::vector<torch::Tensor> logits, grads;
+  std::vector<double> losses;
+  for (const char* kernel : {"model.attention=explicit", "model.attention=sdpa"}) {
+    auto model = build(kTiny, 1, {kernel});
+    auto out = model->forward(inputs);
+    auto loss = model->loss(out, targets);
+    loss.loss.backward();
+    logits.push_back(out.detach());
+    losses.push_back(loss.loss.item<double>());
+    std::vector<torch::Tensor> g;
+    for (const auto& p : model->parameters()) g.push_back(p.grad().flatten());
+    grads.push_back(torch::cat(g));
+  }
+  EXPECT_TRUE(torch::allclose(logits[0], logits[1], 1e-5, 1e-5));
+  EXPECT_NEAR(losses[0], losses[1], 1e-5);
+  EXPECT_TRUE(torch::allclose(grads[0], grads[1], 1e-4, 1e-6));
 }
 
 TEST(Gpt, BadInputsThrowDataError) {

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Prepares the dependency kit that scripts/gpu_check.sh builds against on a GPU machine with no
+# network and no package manager (it has PyTorch with a CUDA LibTorch, nvcc, CMake and ninja).
+# Run here, on Debian 12: the Debian packages of OpenMPI, parallel HDF5, yaml-cpp, CLI11,
+# nlohmann-json, xxHash and GoogleTest, and every shared library they need beyond the C and C++
+# runtimes, are downloaded (`apt-get download`, no root needed) and unpacked into one prefix,
+# pruned of documentation and Fortran/Java bindings, at most 48 MiB.
+#   scripts/gpu_kit.sh [KIT_DIR]          default: gpu-kit (ignored by git)
+#   scripts/gpu_kit.sh --verify [KIT_DIR] also builds hpctrain against the kit's prefix only (and
+#                                         this machine's LibTorch) and checks that every MPI,
+#                                         HDF5, yaml-cpp, CLI11, JSON, xxHash and GoogleTest
+#                                         header and library it used came from the kit
+# The kit's env.sh sets PATH, LD_LIBRARY_PATH, OPAL_PREFIX (OpenMPI relocated) and the CMake hints
+# (cmake_args.txt) for a build against it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+verify=0
+if [[ ${1:-} == --verify ]]; then
+  verify=1
+  shift
+fi
+kit=$(realpath -m "${1:-gpu-kit}")
+limit_mib=48
+arch=x86_64-linux-gnu
+primary=(libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libhdf5-openmpi-dev
+  libhdf5-openmpi-103-1 libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev
+  libxxhash-dev libxxhash0 libgtest-dev libhwloc-dev libevent-dev libpmix-dev zlib1g-dev
+  libaec-dev)
+# Present on any Linux machine that runs PyTorch: never shipped.
+base_libs='^(libc|libm|libdl|librt|libpthread|libresolv|libutil|ld-linux-x86-64|libstdc\+\+|libgcc_s|libanl|libnsl|libcrypt)\.so'
+
+log=$kit.log
+mkdir -p "$kit/debs" "$kit/prefix"
+: >"$log"
+fetch() {  # package names -> $kit/debs/*.deb, unpacked into $kit/prefix
+  local p
+  (cd "$kit/debs" && apt-get download "$@" >>"$log" 2>&1) || {
+    cat "$log" >&2
+    echo "gpu_kit: apt-get download failed (run apt-get update once as root?)" >&2
+    exit 1
+  }
+  for p in "$@"; do
+    for deb in "$kit/debs/${p}_"*.deb; do dpkg-deb -x "$deb" "$kit/prefix"; done
+  done
+}
+
+rm -rf "$kit/prefix" "$kit/debs"
+mkdir -p "$kit/debs" "$kit/prefix"
+fetch "${primary[@]}"
+# One node, shared memory and TCP: OpenMPI's components for InfiniBand, UCX, libfabric and PSM
+# (and the libraries only they need) stay out; OpenMPI skips a component it does not find.
+drop_components() {
+  find "$kit/prefix" \( -name 'mca_*ofi*' -o -name 'mca_*ucx*' -o -name 'mca_btl_openib*' \
+    -o -name 'mca_btl_uct*' -o -name 'mca_*psm*' -o -name 'mca_*verbs*' -o -name 'mca_*portals*' \
+    -o -name 'libmca_common_ofi*' -o -name 'libmca_common_ucx*' -o -name 'libmca_common_verbs*' \
+    -o -name 'mca_btl_usnic*' -o -name 'mca_*fca*' -o -name 'mca_*hcoll*' \) -delete
+  # HDF5's C++ and high-level bindings: hpctrain uses the C API only.
+  find "$kit/prefix" \( -name 'libhdf5_openmpi_cpp*' -o -name 'libhdf5_openmpi_hl*' \) -delete
+}
+drop_components
+# The closure of shared libraries: what the kit's ELF files need, resolved on this machine, owned
+# by a Debian package, not in the kit yet. Repeat until nothing is missing.
+declare -A have=()
+for p in "${primary[@]}"; do have[$p]=1; done
+for round in 1 2 3 4 5 6; do
+  missing=()
+  while IFS= read -r lib; do
+    name=$(basename "$lib")
+    [[ $name =~ $base_libs ]] && continue
+    [[ -n $(find "$kit/prefix" -name "$name" -print -quit) ]] && continue
+    real=$(realpath "$lib")
+    owner=$(dpkg -S "$real" 2>/dev/null || dpkg -S "${real/#\/usr\/lib/\/lib}" 2>/dev/null || true)
+    owner=${owner%%:*}
+    [[ -z $owner || -n ${have[$owner]:-} ]] && continue
+    have[$owner]=1
+    missing+=("$owner")
+  done < <(find "$kit/prefix" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec ldd {} + 2>/dev/null |
+    awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u)
+  ((${#missing[@]} == 0)) && break
+  fetch "${missing[@]}"
+done
+
+# Prune what a build and a single-node run never use.
+pre=$kit/prefix
+rm -rf "$pre/usr/share/doc" "$pre/usr/share/man" "$pre/usr/share/lintian" "$pre/usr/share/info" \
+  "$pre/usr/share/javascript" "$pre/usr/src" "$pre/etc/ld.so.conf.d"
+find "$pre" \( -name '*fortran*' -o -name '*.mod' -o -name '*java*' -o -name '*.jar' \
+  -o -name 'liboshmem*' -o -name 'libmpi_usempi*' -o -name 'libmpi_mpifh*' \) -prune \
+  -exec rm -rf {} + 2>/dev/null || true
+# Static archives only where no shared library exists (GoogleTest is static in Debian).
+find "$pre" -name '*.a' ! -name 'libgtest*' ! -name 'libgmock*' -delete
+rm -rf "$kit/debs"
+
+# Debian's CMake configs and wrappers name /usr: point them at the kit.
+cat >"$kit/env.sh" <<EOF
+# Source this to build or run against the kit (written by scripts/gpu_kit.sh).
+kit_prefix=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)/prefix/usr
+export OPAL_PREFIX=\$kit_prefix
+export PATH=\$kit_prefix/bin:\$PATH
+export LD_LIBRARY_PATH=\$kit_prefix/lib/$arch:\$kit_prefix/lib/$arch/openmpi/lib:\$kit_prefix/lib/$arch/hdf5/openmpi\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export OMPI_MCA_mca_base_component_show_load_errors=0
+hpctrain_kit_cmake_args=(
+  -DCMAKE_PREFIX_PATH=\$kit_prefix
+  -DMPI_C_COMPILER=\$kit_prefix/bin/mpicc.openmpi
+  -DMPI_CXX_COMPILER=\$kit_prefix/bin/mpicxx.openmpi
+  -DMPIEXEC_EXECUTABLE=\$kit_prefix/bin/mpirun.openmpi
+  -DHDF5_C_COMPILER_EXECUTABLE=\$kit_prefix/bin/h5pcc.openmpi
+  -DHDF5_C_LIBRARY_hdf5=\$kit_prefix/lib/$arch/hdf5/openmpi/libhdf5.so
+  -DXXHASH_INCLUDE_DIR=\$kit_prefix/include
+  -DXXHASH_LIBRARY=\$kit_prefix/lib/$arch/libxxhash.so
+  -DZLIB_INCLUDE_DIR=\$kit_prefix/include
+  -DZLIB_LIBRARY=\$kit_prefix/lib/$arch/libz.so
+  -DGTest_DIR=\$kit_prefix/lib/$arch/cmake/GTest
+  -Dyaml-cpp_DIR=\$kit_prefix/lib/$arch/cmake/yaml-cpp
+  -DCLI11_DIR=\$kit_prefix/share/cmake/CLI11
+  -Dnlohmann_json_DIR=\$kit_prefix/share/cmake/nlohmann_json
+  -DCMAKE_BUILD_RPATH=\$kit_prefix/lib/$arch:\$kit_prefix/lib/$arch/openmpi/lib:\$kit_prefix/lib/$arch/hdf5/openmpi
+)
+EOF
+# Relative symlinks only: absolute ones (Debian's /usr/lib/... alternatives) would leave the kit.
+while IFS= read -r link; do
+  target=$(readlink "$link")
+  if [[ $target == /* ]]; then
+    if [[ -e $pre$target ]]; then
+      ln -sfr "$pre$target" "$link"
+    else
+      rm -f "$link"
+    fi
+  fi
+done < <(find "$pre" -type l)
+# The wrapper compilers and h5pcc print /usr paths; the kit's copies print the kit's.
+for f in "$pre"/usr/share/openmpi/*-wrapper-data.txt; do
+  [[ -f $f ]] && sed -i "s|^includedir=.*|includedir=\${prefix}/include/$arch/openmpi|" "$f"
+done
+# h5pcc also names libcrypto and libcurl (HDF5's read-only S3 driver) for static links: libhdf5.so
+# records them itself, and a machine without their development links could not link them.
+if [[ -f $pre/usr/bin/h5pcc.openmpi ]]; then
+  sed -i -e "s|/usr/|$pre/usr/|g" -e 's|^H5BLD_LIBS=.*|H5BLD_LIBS="-lsz -lz -ldl -lm "|' \
+    "$pre/usr/bin/h5pcc.openmpi"
+fi
+size_mib=$(($(du -sk "$kit/prefix" | cut -f1) / 1024))
+echo "gpu_kit: $kit/prefix: $(find "$kit/prefix" -type f | wc -l) files, $size_mib MiB (limit $limit_mib)"
+if ((size_mib > limit_mib)); then
+  echo "gpu_kit: the kit is larger than $limit_mib MiB" >&2
+  exit 1
+fi
+
+((verify)) || exit 0
+
+# Build hpctrain against the kit only, then check where every dependency came from.
+build=$kit/build
+rm -rf "$build"
+# shellcheck disable=SC1091
+source "$kit/env.sh"
+torch_dir=${Torch_DIR:-$(dirname "$(find /usr/lib /usr/share -name TorchConfig.cmake -print -quit)")}
+launcher=()
+command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHPCTRAIN_WERROR=ON "${launcher[@]}" \
+  -DTorch_DIR="$torch_dir" "${hpctrain_kit_cmake_args[@]}" >"$build.configure.log" 2>&1 || {
+  cat "$build.configure.log" >&2
+  exit 1
+}
+cmake --build "$build" -j "$(nproc)" --target "${HPCTRAIN_KIT_TARGETS:-hpctrain}" >"$build.log" 2>&1 || {
+  tail -50 "$build.log" >&2
+  exit 1
+}
+problems=0
+# Headers: ninja's dependency records of every object.
+if ninja -C "$build" -t deps 2>/dev/null | grep -E '^\s+/usr/include/(openmpi|x86_64-linux-gnu/openmpi|hdf5|yaml-cpp|CLI|nlohmann|xxhash|gtest|gmock|zlib|mpi)' |
+  sort -u | head -5 | grep .; then
+  echo "gpu_kit --verify: the headers above came from this machine, not the kit" >&2
+  problems=1
+fi
+# Libraries: what the dynamic linker resolves for the executable, with the kit's environment.
+while read -r name arrow path _; do
+  [[ $arrow == "=>" ]] || continue
+  case $name in
+  libmpi* | libopen-* | libhdf5_openmpi* | libhdf5.so* | libyaml-cpp* | libxxhash* | libpmix* | libhwloc* | libevent* | libaec* | libsz*)
+    if [[ $path != "$kit"/* ]]; then
+      echo "gpu_kit --verify: $name resolved to $path, outside the kit" >&2
+      problems=1
+    fi
+    ;;
+  esac
+done < <(ldd "$build/bin/hpctrain")
+# A one-rank run with the kit's MPI.
+if ! "$build/bin/hpctrain" --version >"$build.run.log" 2>&1; then
+  cat "$build.run.log" >&2
+  problems=1
+fi
+if ((problems)); then exit 1; fi
+echo "gpu_kit --verify: hpctrain built against the kit only: headers and libraries checked ($build)"
