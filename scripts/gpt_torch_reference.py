@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import data_order  # noqa: E402  (hpctrain's sample order, docs/DATA.md)
 
 MASK = (1 << 64) - 1
+SDPA = False  # set by --attention sdpa
 
 
 def splitmix64(x):
@@ -83,9 +84,13 @@ class Block(torch.nn.Module):
         qkv = F.linear(self.ln1(x), self.qkv_w.view(3 * d, d), self.qkv_b.view(3 * d))
         qkv = qkv.view(b, t, 3, h, hd).permute(2, 0, 3, 1, 4).contiguous()
         q, k, v = (qkv[j].view(b * h, t, hd) for j in range(3))
-        scores = torch.baddbmm(mask, q, k.transpose(1, 2), beta=1.0, alpha=1.0 / math.sqrt(hd))
-        ctx = torch.bmm(torch.softmax(scores, -1), v)
-        ctx = ctx.view(b, h, t, hd).transpose(1, 2).reshape(b, t, d)
+        if SDPA:  # hpctrain's model.attention: sdpa
+            ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            ctx = ctx.transpose(1, 2).reshape(b, t, d)
+        else:
+            scores = torch.baddbmm(mask, q, k.transpose(1, 2), beta=1.0, alpha=1.0 / math.sqrt(hd))
+            ctx = torch.bmm(torch.softmax(scores, -1), v)
+            ctx = ctx.view(b, h, t, hd).transpose(1, 2).reshape(b, t, d)
         y = x + F.linear(ctx, self.proj_w, self.proj_b)
         m = F.gelu(F.linear(self.ln2(y), self.fc_w, self.fc_b), approximate="tanh")
         return y + F.linear(m, self.mproj_w, self.mproj_b)
@@ -166,17 +171,27 @@ def worker(rank, args, port, queue):
     if hasattr(os, "sched_setaffinity") and args.pin:
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=args.nproc)
+    global SDPA
+    SDPA = args.attention == "sdpa"
+    cuda = args.device == "cuda"
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=rank, world_size=args.nproc)
     cfg, o = load_config(args.config, args.set)
     seed = cfg.get("run", {}).get("seed", 1234)
-    model = Gpt(o, seed)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg.get("parallel", {}).get("bucket_mb", 25))
+    model = Gpt(o, seed).to(device)  # initialised on the CPU (hpctrain's generators), then moved
+    ddp = torch.nn.parallel.DistributedDataParallel(
+        model, bucket_cap_mb=cfg.get("parallel", {}).get("bucket_mb", 25),
+        device_ids=[rank] if cuda else None)
+    bf16 = args.precision == "bf16"
     optim = cfg["optim"]
     if optim.get("name") != "adamw":
         raise SystemExit("gpt_torch_reference.py: only optim.name = adamw is implemented")
     opt = torch.optim.AdamW(model.parameters(), lr=optim["lr"], betas=tuple(optim.get("betas", (0.9, 0.999))),
-                            eps=optim.get("eps", 1e-8), weight_decay=optim.get("weight_decay", 0.01))
+                            eps=optim.get("eps", 1e-8), weight_decay=optim.get("weight_decay", 0.01),
+                            **({"fused": True} if cuda else {}))
     clip = optim.get("grad_clip", 0.0)
 
     data = cfg["data"]
@@ -195,6 +210,8 @@ def worker(rank, args, port, queue):
 
     def read(indices):
         rows = torch.stack([windows[i * t : i * t + t + 1] for i in indices])
+        if cuda:
+            rows = rows.pin_memory().to(device, non_blocking=True)
         return rows[:, :-1], rows[:, 1:]
 
     losses, ends = [], []
@@ -204,8 +221,9 @@ def worker(rank, args, port, queue):
         inputs, targets = read(batches[step][rank * b : (rank + 1) * b])
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step, total)
-        logits = ddp(inputs)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = ddp(inputs)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), targets.reshape(-1))
         loss.backward()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -223,7 +241,9 @@ def worker(rank, args, port, queue):
         flops = 3.0 * model.forward_flops_per_sample()
         queue.put({
             "benchmark": "train",
-            "impl": f"pytorch {torch.__version__} DDP gloo",
+            "impl": f"pytorch {torch.__version__} DDP {'nccl' if cuda else 'gloo'}"
+                    f"{' bf16' if bf16 else ''}{' sdpa' if SDPA else ''}",
+            "device": str(device),
             "model": "gpt",
             "parameters": sum(p.numel() for p in model.parameters()),
             "world_size": args.nproc,
@@ -255,6 +275,12 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=2, help="steps left out of the timing")
     p.add_argument("--no-pin", dest="pin", action="store_false", help="do not pin process r to core r")
     p.add_argument("--json", action="store_true", help="one JSON object instead of a summary")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: one GPU per process, NCCL (scripts/gpu_check.sh)")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: autocast with float32 weights, as hpctrain's run.precision")
+    p.add_argument("--attention", choices=["explicit", "sdpa"], default="explicit",
+                   help="sdpa: F.scaled_dot_product_attention, as hpctrain's model.attention")
     args = p.parse_args()
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))

@@ -13,7 +13,7 @@
 # The kit's env.sh sets PATH, LD_LIBRARY_PATH, OPAL_PREFIX (OpenMPI relocated) and the CMake hints
 # (cmake_args.txt) for a build against it.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "${HPCTRAIN_SOURCE_DIR:-$(dirname "$0")/..}"
 verify=0
 if [[ ${1:-} == --verify ]]; then
   verify=1
@@ -144,6 +144,45 @@ if ((size_mib > limit_mib)); then
   echo "gpu_kit: the kit is larger than $limit_mib MiB" >&2
   exit 1
 fi
+
+# Data for the GPU check (no dataset packages there): the first 12,800 Fashion-MNIST training
+# images (200 steps of 64) and 2,000 test images, and the fortunes corpus as byte tokens, as
+# hpctrain's own files rewritten with gzip-compressed chunks (HDF5 reads them transparently).
+bin=${BUILD_DIR:-build}/bin/hpctrain
+if [[ ! -x $bin ]]; then
+  HPCTRAIN_BUILD_TARGET=hpctrain ./scripts/build.sh >>"$log" 2>&1 || {
+    cat "$log" >&2
+    exit 1
+  }
+fi
+raw=$kit/raw
+rm -rf "$raw" "$kit/data"
+mkdir -p "$raw" "$kit/data/fashion-mnist" "$kit/data/text"
+"$bin" -q prepare fashion-mnist --out "$raw/fashion-mnist" >>"$log" 2>&1
+"$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out "$raw/text" >>"$log" 2>&1
+/usr/bin/python3 - "$raw" "$kit/data" <<'PY'
+import sys
+import h5py
+raw, out = sys.argv[1], sys.argv[2]
+def copy(src, dst, rows):
+    with h5py.File(src, "r") as f, h5py.File(dst, "w") as g:
+        for k, v in f.attrs.items():
+            g.attrs[k] = v
+        g.attrs["source"] = f.attrs["source"] + (f" (first {rows} samples)" if rows else "")
+        for name, d in f.items():
+            n = min(rows, d.shape[0]) if rows else d.shape[0]
+            chunks = (min(n, d.chunks[0]),) + d.chunks[1:]
+            e = g.create_dataset(name, data=d[:n], chunks=chunks, compression="gzip",
+                                 compression_opts=6)
+            for k, v in d.attrs.items():
+                e.attrs[k] = v
+copy(f"{raw}/fashion-mnist/train.h5", f"{out}/fashion-mnist/train.h5", 12800)
+copy(f"{raw}/fashion-mnist/test.h5", f"{out}/fashion-mnist/test.h5", 2000)
+copy(f"{raw}/text/train.h5", f"{out}/text/train.h5", 0)
+copy(f"{raw}/text/val.h5", f"{out}/text/val.h5", 0)
+PY
+rm -rf "$raw"
+echo "gpu_kit: $kit/data: $(($(du -sk "$kit/data" | cut -f1) / 1024)) MiB (Fashion-MNIST subset, fortunes)"
 
 ((verify)) || exit 0
 
