@@ -7,7 +7,7 @@ namespace hpctrain::data {
 
 TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start,
                          int dp_rank, int dp_size, int prefetch, std::int64_t end_step,
-                         int micro_batches)
+                         int micro_batches, bool pin_memory)
     : sampler_(sampler), state_(start), end_step_(end_step), micro_batches_(micro_batches) {
   // Validate the slice and the state here, in the caller's thread, so a mismatch is reported
   // before any batch is read ahead.
@@ -27,7 +27,8 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
   // The producer owns its own sampler copy and state, running ahead of state_; both advance
   // deterministically, so they describe the same stream.
   auto producer = [&dataset, sampler, state = start, dp_rank, dp_size, end_step, micro_batches,
-                   micro, slice = std::vector<std::int64_t>()](std::int64_t i, Batch& out) mutable {
+                   micro, pin_memory,
+                   slice = std::vector<std::int64_t>()](std::int64_t i, Batch& out) mutable {
     const int k = static_cast<int>(i % micro_batches);
     if (k == 0) {
       if (end_step >= 0 && state.global_step >= end_step) return false;
@@ -39,6 +40,10 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
       const auto first = slice.begin() + static_cast<std::ptrdiff_t>(k * micro);
       out = dataset.read(
           std::vector<std::int64_t>(first, first + static_cast<std::ptrdiff_t>(micro)));
+    }
+    if (pin_memory) {
+      out.inputs = out.inputs.pin_memory();
+      out.targets = out.targets.pin_memory();
     }
     return true;
   };

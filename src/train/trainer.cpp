@@ -438,7 +438,8 @@ TrainOutcome Trainer::run() {
   const std::int64_t first_step = m.state.step;
   data::TrainLoader loader(
       *m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(), grid.dp_size(), cfg.data.prefetch,
-      m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation);
+      m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation,
+      /*pin_memory=*/m.device.is_cuda());
   Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, *m.env.control.world);
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;

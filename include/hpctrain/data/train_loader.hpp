@@ -20,9 +20,12 @@ class TrainLoader {
   /// batches ahead (0 = read inside next()). Stops after global step `end_step` (-1 = never).
   /// `dataset` must outlive the loader. Local.
   /// With `micro_batches` K > 1 each rank slice is read as K consecutive micro-batches (its
-  /// length must divide by K); `prefetch` counts micro-batches.
+  /// length must divide by K); `prefetch` counts micro-batches. `pin_memory` (training on a GPU):
+  /// the reader thread hands over batches in page-locked host memory, so the step's
+  /// non-blocking copy to the device is a DMA that does not wait for the host.
   TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start, int dp_rank,
-              int dp_size, int prefetch, std::int64_t end_step = -1, int micro_batches = 1);
+              int dp_size, int prefetch, std::int64_t end_step = -1, int micro_batches = 1,
+              bool pin_memory = false);
 
   /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local;
   /// with micro-batches use next_step().
