@@ -294,6 +294,7 @@ void CheckpointManager::save(SaveContent content) {
   job.protect = m.protect;
 
   m.pending = true;
+  m.worker_done = false;
   m.result = detail::JobResult{};
   if (m.threaded) {
     if (deferred) {
@@ -313,6 +314,7 @@ void CheckpointManager::save(SaveContent content) {
         m.release_copy();
       }
       m.result = detail::run_save_job(m.ctx, job, m.digest_buffer);
+      m.worker_done = true;
     });
     m.last_blocking_seconds = seconds_since(started);
   } else {
@@ -343,6 +345,14 @@ double CheckpointManager::wait_for_copy() {
 
 double CheckpointManager::last_copy_wait_seconds() const {
   return impl_->last_copy_wait_seconds;
+}
+
+bool CheckpointManager::has_pending() const {
+  return impl_->pending;
+}
+
+bool CheckpointManager::writing() const {
+  return impl_->pending && !impl_->worker_done;
 }
 
 void CheckpointManager::wait() {

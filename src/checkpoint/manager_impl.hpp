@@ -2,6 +2,7 @@
 // Private: the state behind CheckpointManager, shared by its save (checkpoint_manager.cpp) and
 // load (checkpoint_load.cpp) halves.
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -34,7 +35,8 @@ struct CheckpointManager::Impl {
 
   std::thread worker;
   bool pending = false;
-  detail::JobResult result;  // written by the worker, read after join()
+  std::atomic<bool> worker_done{false};  // set by the worker as its last act
+  detail::JobResult result;              // written by the worker, read after join()
   std::string digest_buffer;
   std::map<std::string, torch::Tensor> copies;  // reused by content.copy saves
   std::vector<std::string> protect;

@@ -7,9 +7,10 @@
 namespace hpctrain::comm {
 
 StopRequest StopAgreement::agree(StopRequest local) {
-  std::vector<int> flags{local.signal, local.deadline ? 1 : 0, local.save_due ? 1 : 0};
+  std::vector<int> flags{local.signal, local.deadline ? 1 : 0, local.save_due ? 1 : 0,
+                         local.save_pending ? 1 : 0, local.save_writing ? 1 : 0};
   group_.reduce(flags, ReduceOp::kMax);
-  StopRequest agreed{flags[0], flags[1] != 0, flags[2] != 0};
+  StopRequest agreed{flags[0], flags[1] != 0, flags[2] != 0, flags[3] != 0, flags[4] != 0};
   if (signal_ == 0) signal_ = agreed.signal;
   return agreed;
 }

@@ -513,7 +513,12 @@ TrainOutcome Trainer::run() {
         m.ckpt->last_save_seconds() > 0 ? m.ckpt->last_save_seconds() : guessed_save_s;
     local.deadline = deadline.reached(save_estimate);
     local.save_due = m.saves->time_due();
+    local.save_pending = m.ckpt->has_pending();
+    local.save_writing = m.ckpt->writing();
     const comm::StopRequest agreed = stop_agreement.agree(local);
+    // A background save that every rank has finished writing: collect its outcome now (no
+    // waiting), so a failed save (disk full) ends the run at once, not at the next save.
+    if (agreed.save_finished()) m.ckpt->wait();
     bool requeue = false;
     if (stop_agreement.signal() != 0) {
       outcome.reason =

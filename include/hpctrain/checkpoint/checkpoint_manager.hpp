@@ -111,6 +111,12 @@ class CheckpointManager {
   /// Waits for a background save to be committed; rethrows its error (CheckpointError) on every
   /// rank. A failed save leaves nothing a loader would take. Collective over the world.
   void wait();
+  /// A save was handed over and its outcome is not known yet (wait() has not run). Local.
+  bool has_pending() const;
+  /// This rank's part of the pending save is still being written (false once its background
+  /// writer finished, successfully or not: wait() then returns at once). Local; the trainer
+  /// agrees on it every step so a failed save is reported at the step its writing ended.
+  bool writing() const;
   /// Seconds the last complete save took, from save() to the commit (`latest` replaced; the
   /// deletions of retention follow). 0 before the first. Known on every rank after wait() or the
   /// next save(). Local.

@@ -12,13 +12,19 @@ namespace hpctrain::comm {
 
 /// What one rank asks for, and (after agree()) what the group decided. Local value type.
 struct StopRequest {
-  int signal = 0;         ///< signal number received (0: none); the largest wins across ranks
-  bool deadline = false;  ///< the wall-time budget is nearly spent
-  bool save_due = false;  ///< a time-based checkpoint is due
+  int signal = 0;             ///< signal number received (0: none); the largest wins across ranks
+  bool deadline = false;      ///< the wall-time budget is nearly spent
+  bool save_due = false;      ///< a time-based checkpoint is due
+  bool save_pending = false;  ///< a background save's outcome is not known yet
+  bool save_writing = false;  ///< ... and this rank (agreed: any rank) is still writing it
 
   bool operator==(const StopRequest& o) const {
-    return signal == o.signal && deadline == o.deadline && save_due == o.save_due;
+    return signal == o.signal && deadline == o.deadline && save_due == o.save_due &&
+           save_pending == o.save_pending && save_writing == o.save_writing;
   }
+  /// Every rank's writer has finished the pending save: its outcome (or error) can be collected
+  /// now without waiting. Meaningful on the agreed request.
+  bool save_finished() const { return save_pending && !save_writing; }
 };
 
 class StopAgreement {
