@@ -27,7 +27,10 @@ nlohmann::json CheckpointPlan::to_json() const {
           {"data_key", data_key},
           {"data_bytes", data_bytes},
           {"key", key.to_json()},
-          {"result_file", result_file}};
+          {"result_file", result_file},
+          {"compression", compression},
+          {"baseline_dir", baseline_dir},
+          {"baseline_note", baseline_note}};
 }
 
 CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
@@ -53,6 +56,9 @@ CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
   p.key.precision = k.at("precision").get<std::string>();
   p.key.tag = k.at("tag").get<std::string>();
   p.result_file = j.at("result_file").get<std::string>();
+  p.compression = j.at("compression");
+  p.baseline_dir = j.at("baseline_dir").get<std::string>();
+  p.baseline_note = j.at("baseline_note").get<std::string>();
   return p;
 }
 
@@ -152,6 +158,29 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     if (key.max_samples != config.eval_max_samples()) add_tag(str("max", key.max_samples));
     key.precision = options_.precision.empty() ? config.precision() : options_.precision;
     if (key.precision != config.precision()) add_tag(key.precision);
+    const nlohmann::json state = manifest.value("trainer_state", nlohmann::json::object());
+    if (state.is_object() && state.contains("compression")) {
+      p.compression = state.at("compression");
+      if (options_.compression.any()) {
+        throw ConfigError(str("checkpoint '", dir, "' is already compressed (",
+                              p.compression.value("tag", std::string("?")),
+                              ", by hpctrain compress): drop --quantize/--prune to evaluate it, "
+                              "or compress the float32 checkpoint it came from (",
+                              p.compression.value("source", std::string("?")), ")"));
+      }
+      const std::string source = p.compression.value("source", std::string());
+      const checkpoint::Verification sv = checkpoint::verify(source);
+      if (sv.ok) {
+        p.baseline_dir = source;
+      } else {
+        p.baseline_note = str("the float32 checkpoint it came from (", source,
+                              ") does not verify (", sv.reason, "): no float32 comparison");
+      }
+    } else if (options_.compression.any()) {
+      options_.compression.validate();
+      add_tag(options_.compression.tag());
+      p.baseline_dir = dir;
+    }
     key.tag = tag;
     if (!options_.force && store.has(key)) {
       p.status = "done";

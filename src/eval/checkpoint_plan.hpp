@@ -29,6 +29,12 @@ struct CheckpointPlan {
   std::uint64_t data_bytes = 0;
   EvalKey key;
   std::string result_file;  ///< the existing result (done)
+  /// A compressed checkpoint: its manifest's trainer_state.compression record (else null).
+  nlohmann::json compression;
+  /// The float32 checkpoint to compare with: the source of a compressed checkpoint when it still
+  /// verifies, or `dir` itself for --quantize / --prune; empty when there is none.
+  std::string baseline_dir;
+  std::string baseline_note;  ///< why there is no baseline
 
   nlohmann::json to_json() const;
   static CheckpointPlan from_json(const nlohmann::json& j);
