@@ -116,7 +116,8 @@ int run_compress(CommandContext& ctx) {
   }
   const std::string written = checkpoint::save_local(out.string(), std::move(content));
 
-  std::string table = str("  ", "layer", std::string(14, ' '), "kind    weights     sparsity  int8");
+  std::string table =
+      str("  ", "layer", std::string(14, ' '), "kind    weights     sparsity  int8");
   for (const auto& l : report["layers"]) {
     std::string name = l["layer"].get<std::string>();
     name.resize(std::max<std::size_t>(name.size(), 19), ' ');
@@ -134,8 +135,8 @@ int run_compress(CommandContext& ctx) {
                 format_bytes(report["bytes_after"].get<double>()),
                 report.contains("engine")
                     ? str("; int8 weights per output channel, activations quantized per batch at "
-                          "run time on the ", report["engine"].get<std::string>(),
-                          " engine; convolutions stay float32")
+                          "run time on the ",
+                          report["engine"].get<std::string>(), " engine; convolutions stay float32")
                     : std::string(),
                 "\n  evaluate it beside float32: hpctrain eval --checkpoint ", out.string()));
   return 0;

@@ -67,7 +67,8 @@ eval::OfflineOptions checked_options(CLI::App* app) {
     throw ConfigError("--prune-scope chooses how --prune spreads its zeros: add --prune SPARSITY");
   }
   if (app->count("--prune") > 0 && o.compression.prune == 0) {
-    throw ConfigError("--prune 0: the sparsity is in (0, 1), e.g. --prune 0.5 (omit --prune for none)");
+    throw ConfigError(
+        "--prune 0: the sparsity is in (0, 1), e.g. --prune 0.5 (omit --prune for none)");
   }
   o.compression.validate();
   if (o.compression.any() && o.precision == "bf16") {

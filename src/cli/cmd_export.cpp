@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "command.hpp"
+#include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/run_config.hpp"
@@ -23,7 +24,6 @@
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "hpctrain/build_config.hpp"
 
 namespace hpctrain::cli {
 namespace {
@@ -69,14 +69,15 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
     throw ConfigError(str(script, " not found: --format ", format,
                           " needs hpctrain's scripts/ (set HPCTRAIN_SCRIPTS_DIR)"));
   }
-  std::vector<std::string> args{python,  script,     "--model", model_text, "--state",
+  std::vector<std::string> args{python,     script,     "--model", model_text, "--state",
                                 state_file, "--format", format,    "--out",    out};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
   if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
-    throw ConfigError(str("cannot start ", python, ": install python3-torch (or set HPCTRAIN_PYTHON)"));
+    throw ConfigError(
+        str("cannot start ", python, ": install python3-torch (or set HPCTRAIN_PYTHON)"));
   }
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -107,12 +108,14 @@ int run_export(CommandContext& ctx) {
                           " rebuilds the built-in mlp and cnn models and TorchScript runs in "
                           "PyTorch; export this one with --format pytorch (its state_dict)"));
   }
-  if (checkpoint::read_manifest(dir).value("trainer_state", nlohmann::json::object())
+  if (checkpoint::read_manifest(dir)
+          .value("trainer_state", nlohmann::json::object())
           .contains("compression")) {
     const auto& c = checkpoint::read_manifest(dir)["trainer_state"]["compression"];
     if (c.value("quantize", std::string()) == "int8") {
-      throw ConfigError(str(dir, " is an int8 checkpoint (hpctrain compress --quantize int8): "
-                                 "export the float32 checkpoint it came from (",
+      throw ConfigError(str(dir,
+                            " is an int8 checkpoint (hpctrain compress --quantize int8): "
+                            "export the float32 checkpoint it came from (",
                             c.value("source", std::string("?")), ")"));
     }
   }
@@ -137,8 +140,8 @@ int run_export(CommandContext& ctx) {
           str("cannot write ", out.string(), ": ", e.what_without_backtrace(), ": check --out"));
     }
     fs::rename(tmp, out);
-    log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ",
-                  records.size(), " tensors of ", dir, " (step ", step,
+    log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ", records.size(),
+                  " tensors of ", dir, " (step ", step,
                   "), in evaluation mode; load it with torch.jit.load"));
     return 0;
   }
@@ -180,8 +183,8 @@ int run_export(CommandContext& ctx) {
                     " (above): nothing written; it needs python3-torch and python3-yaml",
                     format == "onnx" ? " and python3-onnx" : ""));
   }
-  log::info(str("wrote ", out.string(), ": the ", config.model_name(), " of ", dir, " (step ",
-                step, ") ",
+  log::info(str("wrote ", out.string(), ": the ", config.model_name(), " of ", dir, " (step ", step,
+                ") ",
                 format == "onnx"
                     ? "as ONNX (torch.onnx.export, opset 13, batch dimension dynamic), checked "
                       "with onnx.checker; no ONNX runtime is available here to run it"

@@ -181,8 +181,8 @@ std::vector<checkpoint::TensorRecord> compressed_records(
     if (!int8_layers.count(l.name)) continue;
     model::Int8Weight w{torch::zeros(l.weight.sizes(), torch::kInt8),
                         torch::zeros({l.weight.size(0)}, torch::kFloat32)};
-    records.push_back({"int8/" + l.name + ".weight", w.values,
-                       model::ShardInfo{w.values.sizes().vec(), -1}});
+    records.push_back(
+        {"int8/" + l.name + ".weight", w.values, model::ShardInfo{w.values.sizes().vec(), -1}});
     records.push_back({"int8/" + l.name + ".weight_scale", w.scales,
                        model::ShardInfo{w.scales.sizes().vec(), -1}});
     int8.emplace(l.name, std::move(w));
@@ -244,30 +244,29 @@ std::string format_fixed(double v, int digits) {
 
 nlohmann::ordered_json compare_with_float32(const EvalResult& r, const EvalResult& base,
                                             double max_drop, std::string& warning) {
-  nlohmann::ordered_json j{{"loss", base.loss},
-                           {"accuracy", base.accuracy},
-                           {"samples_per_s", base.samples_per_second}};
+  nlohmann::ordered_json j{
+      {"loss", base.loss}, {"accuracy", base.accuracy}, {"samples_per_s", base.samples_per_second}};
   if (base.task == "language_model") j["perplexity"] = base.perplexity;
-  nlohmann::ordered_json drop{{"accuracy", base.accuracy - r.accuracy},
-                              {"loss", r.loss - base.loss},
-                              {"loss_relative", base.loss != 0 ? (r.loss - base.loss) / base.loss
-                                                               : 0.0}};
+  nlohmann::ordered_json drop{
+      {"accuracy", base.accuracy - r.accuracy},
+      {"loss", r.loss - base.loss},
+      {"loss_relative", base.loss != 0 ? (r.loss - base.loss) / base.loss : 0.0}};
   if (base.task == "language_model") drop["perplexity"] = r.perplexity - base.perplexity;
   j["drop"] = drop;
   j["speedup"] = base.samples_per_second > 0 ? r.samples_per_second / base.samples_per_second : 0;
   const bool classification = base.task == "classification";
-  const double d = classification ? drop["accuracy"].get<double>()
-                                  : drop["loss_relative"].get<double>();
+  const double d =
+      classification ? drop["accuracy"].get<double>() : drop["loss_relative"].get<double>();
   if (d > max_drop) {
-    warning = str("compression cost ",
-                  classification ? str(format_fixed(d, 4), " accuracy (", format_fixed(base.accuracy, 4),
-                                       " -> ", format_fixed(r.accuracy, 4), ")")
-                                 : str(format_fixed(100 * d, 1), "% of the loss (",
-                                       format_fixed(base.loss, 4), " -> ",
-                                       format_fixed(r.loss, 4), ")"),
-                  ", more than --max-drop ", max_drop,
-                  ": try --prune-scope layer, a lower --prune sparsity, or int8 without pruning "
-                  "(quantization-aware training is not available in hpctrain)");
+    warning =
+        str("compression cost ",
+            classification ? str(format_fixed(d, 4), " accuracy (", format_fixed(base.accuracy, 4),
+                                 " -> ", format_fixed(r.accuracy, 4), ")")
+                           : str(format_fixed(100 * d, 1), "% of the loss (",
+                                 format_fixed(base.loss, 4), " -> ", format_fixed(r.loss, 4), ")"),
+            ", more than --max-drop ", max_drop,
+            ": try --prune-scope layer, a lower --prune sparsity, or int8 without pruning "
+            "(quantization-aware training is not available in hpctrain)");
   }
   return j;
 }

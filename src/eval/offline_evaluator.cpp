@@ -221,8 +221,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   const bool compressed_checkpoint = !plan.compression.is_null();
   const bool compress_now = options.compression.any();
   if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
-    throw ConfigError(str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
-                          "tensor-parallel checkpoint is gathered to its logical tensors)"));
+    throw ConfigError(
+        str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
+            "tensor-parallel checkpoint is gathered to its logical tensors)"));
   }
   std::map<std::string, model::Int8Weight> int8;
   auto records = compressed_checkpoint ? compressed_records(model, plan.compression, int8)
@@ -274,8 +275,8 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   std::string compression_warning;
   if (compressed_checkpoint || compress_now) {
     if (baseline) {
-      compression["float32"] = compare_with_float32(result, *baseline, options.max_drop,
-                                                    compression_warning);
+      compression["float32"] =
+          compare_with_float32(result, *baseline, options.max_drop, compression_warning);
       compression["float32"]["checkpoint"] = absolute(plan.baseline_dir);
     }
     record["compression"] = compression;
@@ -295,6 +296,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     cmp["fp32_samples_per_s"] = ref.samples_per_second;
     record["bf16_vs_fp32"] = cmp;
   }
+  record["cost"] = detail::cost_record(plan.training_cost, model.forward_flops_per_sample(),
+                                       plan.consumed_samples, result.seconds, env.grid.world_size(),
+                                       result.samples);
   for (auto& [k, v] : extra.items()) record[k] = v;
   record["key"] = plan.key.to_json();
 
@@ -305,6 +309,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
           store.write(plan.key, record, metric, EvalResult::higher_is_better(metric));
       session.push_back(record);
       log::info(detail::result_line(record, store.step_file(plan.key), best));
+      log::info(detail::cost_line(record.at("cost")));
       if (record.contains("compression")) log::info(compression_line(record.at("compression")));
       if (!compression_warning.empty()) log::warn(compression_warning);
     } catch (const Error& e) {

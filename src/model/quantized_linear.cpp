@@ -2,6 +2,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cctype>
 #include <limits>
 #include <vector>
 
@@ -21,8 +22,8 @@ Int8Weight quantize_int8_per_channel(const torch::Tensor& weight) {
   // scale is computed in float32 as PyTorch does, so the int8 values are PyTorch's.
   const torch::Tensor min_neg = std::get<0>(w.min(1)).clamp_max(0);
   const torch::Tensor max_pos = std::get<0>(w.max(1)).clamp_min(0);
-  const torch::Tensor scales = (torch::max(-min_neg, max_pos) / 127.5f)
-                                   .clamp_min(std::numeric_limits<float>::epsilon());
+  const torch::Tensor scales =
+      (torch::max(-min_neg, max_pos) / 127.5f).clamp_min(std::numeric_limits<float>::epsilon());
   const torch::Tensor zeros = torch::zeros({w.size(0)}, torch::kLong);
   const torch::Tensor q =
       at::quantize_per_channel(w, scales.to(torch::kDouble), zeros, 0, torch::kQInt8);
@@ -42,11 +43,13 @@ std::string select_quantized_engine() {
     }
     return false;
   };
-  for (at::QEngine e : {at::QEngine::FBGEMM, at::QEngine::X86, at::QEngine::ONEDNN,
-                        at::QEngine::QNNPACK}) {
+  for (at::QEngine e :
+       {at::QEngine::FBGEMM, at::QEngine::X86, at::QEngine::ONEDNN, at::QEngine::QNNPACK}) {
     if (has(e)) {
       ctx.setQEngine(e);
-      return c10::toString(e);
+      std::string name = c10::toString(e);  // "ONEDNN": PyTorch's Python names are lower case
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return name;
     }
   }
   throw ConfigError(
@@ -60,25 +63,25 @@ namespace {
 
 // The ops through the dispatcher, boxed: their packed-parameter class is not in the public
 // headers, and the IValue carries it as it is.
-const c10::OperatorHandle& op(const char* name) {
+c10::OperatorHandle op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
 
 }  // namespace
 
 QuantizedLinear::QuantizedLinear(const Int8Weight& weight, const torch::Tensor& bias) {
-  static const c10::OperatorHandle& prepack = op("quantized::linear_prepack");
+  static const c10::OperatorHandle prepack = op("quantized::linear_prepack");
   const torch::Tensor zeros = torch::zeros({weight.values.size(0)}, torch::kLong);
   const torch::Tensor q = at::_make_per_channel_quantized_tensor(
       weight.values, weight.scales.to(torch::kDouble), zeros, 0);
-  torch::jit::Stack stack{q, bias.defined() ? c10::IValue(bias.detach().to(torch::kFloat32))
-                                            : c10::IValue()};
+  torch::jit::Stack stack{
+      q, bias.defined() ? c10::IValue(bias.detach().to(torch::kFloat32)) : c10::IValue()};
   prepack.callBoxed(stack);
   packed_ = stack.at(0);
 }
 
 torch::Tensor QuantizedLinear::forward(const torch::Tensor& x) const {
-  static const c10::OperatorHandle& linear = op("quantized::linear_dynamic");
+  static const c10::OperatorHandle linear = op("quantized::linear_dynamic");
   // reduce_range=True: activations in [0, 127], as PyTorch's dynamic Linear (version 4) calls it.
   torch::jit::Stack stack{x.contiguous(), packed_, true};
   linear.callBoxed(stack);

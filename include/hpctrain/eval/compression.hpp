@@ -40,7 +40,7 @@ struct CompressionSpec {
 
 /// A model after compress_model: what was done, per layer, and the int8 weights by layer name.
 struct CompressedModel {
-  nlohmann::ordered_json report;             ///< spec, engine, layers, bytes (docs/EVAL.md)
+  nlohmann::ordered_json report;                  ///< spec, engine, layers, bytes (docs/EVAL.md)
   std::map<std::string, model::Int8Weight> int8;  ///< "fc1" -> its int8 weight
 };
 

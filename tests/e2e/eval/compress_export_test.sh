@@ -14,7 +14,7 @@ run=$TMP/run
 expect_exit 0 "$TMP/train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
   -c "$HPCTRAIN_SOURCE_DIR/configs/fmnist-mlp.yaml" --set "data.train=$data/train.h5" \
   --set "data.val=$data/test.h5" --set "run.dir=$run" --set run.max_steps=300 \
-  --set eval.every_steps=0 --set eval.max_samples=2000 --set checkpoint.every_steps=300 \
+  --set eval.every_steps=300 --set eval.max_samples=2000 --set checkpoint.every_steps=300 \
   --set logging.every_steps=100 || finish
 ckpt=$run/checkpoints/step_00000300
 [[ -d $ckpt ]] || { fail "no checkpoint at step 300"; finish; }
@@ -27,6 +27,7 @@ for fmt in pytorch torchscript onnx; do
     --out "$TMP/model.$fmt"
   expect_grep "wrote $TMP/model.$fmt" "$TMP/export_$fmt.txt"
 done
+expect_grep "cost: training to this checkpoint [0-9.e+-]+ rank-s" "$TMP/eval100.txt"
 expect_grep "no ONNX runtime is available here" "$TMP/export_onnx.txt"
 "$PY" - "$TMP" "$ckpt" "$data/test.h5" <<'PY' || fail "exports do not reproduce hpctrain eval"
 import glob, json, os, sys
@@ -71,6 +72,23 @@ weights = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initialize
 assert sorted(weights) == sorted(state), (sorted(weights), sorted(state))
 for k, v in state.items():
     assert np.array_equal(weights[k], v.numpy()), k
+# What the checkpoint cost: training FLOPs 3 x forward x samples consumed (300 steps x 2 ranks x
+# 32), rank-seconds from metrics.jsonl's train records, against this evaluation's.
+forward = sum(2 * a * b + b for a, b in ((784, 256), (256, 128), (128, 100), (100, 10)))
+cost = r["cost"]
+assert cost["training"]["flops"] == 3 * forward * 300 * 64, cost
+assert cost["evaluation"]["flops"] == forward * 100, cost
+train = [json.loads(l) for l in open(os.path.dirname(os.path.dirname(ckpt)) + "/metrics.jsonl")]
+train = [t for t in train if t["type"] == "train"]
+prev, wall = 0, 0.0
+for t in train:
+    wall += t["step_time"] * (t["step"] - prev); prev = t["step"]
+assert prev == 300 and abs(cost["training"]["rank_seconds"] - 2 * wall) < 1e-9 * wall, (cost, wall)
+assert abs(cost["evaluation"]["rank_seconds"] - r["eval_seconds"]) < 1e-12, cost
+assert abs(cost["ratio"]["flops"] - 3 * 300 * 64 / 100) < 1e-9, cost
+best = json.load(open(glob.glob(f"{tmp}/eval100/**/best.json", recursive=True)[0]))
+assert "cost" in json.dumps(best), best
+print("cost:", cost["training"]["rank_seconds"], "rank-s to train,", cost["evaluation"]["rank_seconds"], "to evaluate")
 print("onnx: checker passes, 4 linear layers, 3 ReLU, the checkpoint's weights as initializers")
 PY
 
@@ -189,6 +207,28 @@ fly = [l for l in lines if "compression" in l]
 assert len(fly) == 1 and fly[0]["key"]["tag"] == "int8-prune0.5", fly
 assert fly[0]["compression"]["float32"]["accuracy"] >= 0.7, fly[0]
 assert 0.49 < fly[0]["compression"]["sparsity"] < 0.51
+PY
+
+# --- plan: the evaluation side of a deployment, from the int8/float32 speed measured on the run --
+expect_exit 2 "$TMP/plan_none.txt" "$HPCTRAIN_BIN" plan --calibrate "$run" --compress int8 \
+  --eval-samples 10000 --evals 1
+expect_grep "has no int8 result with its float32 evaluation" "$TMP/plan_none.txt"
+expect_exit 0 "$TMP/ev_int8.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --quantize int8
+expect_exit 0 "$TMP/plan.json" "$HPCTRAIN_BIN" plan --calibrate "$run" --compress int8 \
+  --eval-samples 10000 --evals 1 --json
+expect_exit 0 "$TMP/plan.txt" "$HPCTRAIN_BIN" plan --calibrate "$run" --compress int8 \
+  --eval-samples 10000 --evals 1
+expect_grep "int8 evaluation wall time per pass" "$TMP/plan.txt"
+"$PY" - "$TMP/plan.json" "$run" <<'PY' || fail "plan --compress int8"
+import json, sys
+plan = json.load(open(sys.argv[1]))
+lines = [json.loads(l) for l in open(sys.argv[2] + "/eval/results.jsonl")]
+[measured] = [l for l in lines if l["key"]["tag"] == "int8"]
+speedup = measured["compression"]["float32"]["speedup"]
+c = plan["compress_int8"]
+assert c["speedup"] == speedup and c["step"] == 300, (c, speedup)
+assert abs(c["eval_wall_s"] * speedup - plan["time"]["eval_wall_s"]) < 1e-9 * plan["time"]["eval_wall_s"], (c, plan["time"])
+print("plan: int8 evaluation", c["eval_wall_s"], "s against float32", plan["time"]["eval_wall_s"], "s")
 PY
 
 # --- damage and bad input ------------------------------------------------------------------------
