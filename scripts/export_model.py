@@ -63,7 +63,10 @@ def cnn(input_shape=(1, 28, 28), channels=(32, 64), kernel=5, fc=1024, num_class
 
 def build(section):
     name = section.get("name", "mlp")
-    keys = {k: v for k, v in section.items() if k not in ("name", "plugin")}
+    # The resolved section may carry keys of other models (seq_len, ...): take the model's own.
+    own = {"mlp": ("in_features", "hidden", "num_classes", "dropout"),
+           "cnn": ("input_shape", "channels", "kernel", "fc", "num_classes", "dropout")}
+    keys = {k: v for k, v in section.items() if k in own.get(name, ())}
     if name == "mlp":
         return mlp(**keys), [1, keys.get("in_features", 784)]
     if name == "cnn":

@@ -91,6 +91,7 @@ int run_compress(CommandContext& ctx) {
   report["tag"] = spec.tag();
   report["source"] = dir;
   report["source_manifest_xxh3"] = manifest.value("manifest_xxh3", std::string());
+  report["source_world_size"] = manifest.value("world_size", std::int64_t{1});  // who trained it
   report["hpctrain_version"] = HPCTRAIN_VERSION;
   report["created_at"] = utc_timestamp();
 

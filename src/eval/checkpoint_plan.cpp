@@ -204,14 +204,15 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     p.consumed_samples = manifest.value("consumed_samples", std::int64_t{0});
     // A compressed checkpoint cost what its float32 source cost.
     std::string trained_in = run_dir;
+    std::int64_t trained_on = manifest.value("world_size", std::int64_t{1});
     if (!p.compression.is_null()) {
       trained_in = fs::path(p.compression.value("source", std::string()))
                        .parent_path()
                        .parent_path()
                        .string();
+      trained_on = p.compression.value("source_world_size", trained_on);
     }
-    p.training_cost =
-        training_cost(trained_in, p.step, manifest.value("world_size", std::int64_t{1}));
+    p.training_cost = training_cost(trained_in, p.step, trained_on);
   } catch (const Error& e) {
     p.status = "error";
     p.message = e.what();
