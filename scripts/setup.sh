@@ -11,7 +11,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libgtest-dev libbenchmark-dev
-  python3-torch python3-h5py python3-numpy python3-yaml
+  python3-torch python3-h5py python3-numpy python3-yaml python3-onnx
   dataset-fashion-mnist fortunes
   slurm-wlm munge iproute2
   zlib1g-dev

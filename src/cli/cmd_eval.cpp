@@ -63,6 +63,19 @@ eval::OfflineOptions checked_options(CLI::App* app) {
     throw ConfigError("--compare-fp32 compares a bf16 evaluation with fp32: add --bf16");
   }
   if (a.tp < 1) throw ConfigError(str("--tp ", a.tp, ": must be a positive integer"));
+  if (app->count("--prune-scope") > 0 && o.compression.prune == 0) {
+    throw ConfigError("--prune-scope chooses how --prune spreads its zeros: add --prune SPARSITY");
+  }
+  if (app->count("--prune") > 0 && o.compression.prune == 0) {
+    throw ConfigError(
+        "--prune 0: the sparsity is in (0, 1), e.g. --prune 0.5 (omit --prune for none)");
+  }
+  o.compression.validate();
+  if (o.compression.any() && o.precision == "bf16") {
+    throw ConfigError("--quantize/--prune compare with a float32 evaluation: drop --bf16");
+  }
+  if (o.compression.any() && o.precision.empty()) o.precision = "fp32";
+  if (!(o.max_drop >= 0)) throw ConfigError(str("--max-drop ", o.max_drop, ": must be >= 0"));
   return o;
 }
 
@@ -113,6 +126,17 @@ CommandRegistration reg(
       app.add_flag("--fp32", a.fp32, "float32 (default: run.precision of the config)");
       app.add_flag("--compare-fp32", a.options.compare_fp32,
                    "With --bf16: evaluate in fp32 too and record the metric difference");
+      app.add_option("--quantize", a.options.compression.quantize,
+                     "int8: evaluate with the linear layers in int8 (dynamic quantization), "
+                     "beside float32");
+      app.add_option("--prune", a.options.compression.prune,
+                     "Sparsity in (0, 1): zero that fraction of the weights by magnitude, and "
+                     "evaluate beside float32");
+      app.add_option("--prune-scope", a.options.compression.scope,
+                     "global (one threshold over all prunable weights, default) or layer");
+      app.add_option("--max-drop", a.options.max_drop,
+                     "Warn when compression costs more accuracy than this (absolute; relative "
+                     "loss for language models; default 0.05)");
       app.add_option("--prefetch", a.options.prefetch, "Evaluation batches read ahead (default 2)")
           ->check(CLI::NonNegativeNumber);
       app.add_option("--results", a.options.results_dir,

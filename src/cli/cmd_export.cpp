@@ -1,11 +1,21 @@
-// hpctrain export CHECKPOINT --format torchscript --out model.pt: the trained model of a
-// TorchScript run as a TorchScript file of its own (the run's module, same architecture, with the
-// checkpoint's parameters and buffers, in evaluation mode) that torch.jit.load serves in Python or
-// C++. CHECKPOINT is a step_<N> directory or a run directory (its `latest`).
+// hpctrain export CHECKPOINT --format pytorch|torchscript|onnx --out FILE: a checkpoint's
+// trained model for other tools (docs/MODELS.md, "Export").
+//   pytorch      the state_dict in PyTorch's own file format (torch::pickle_save), so that
+//                torch.load(FILE) in Python returns the name -> tensor dict
+//   torchscript  a TorchScript run: its own module with the checkpoint's weights; a built-in mlp
+//                or cnn: scripts/export_model.py rebuilds it in PyTorch and scripts it
+//   onnx         scripts/export_model.py: torch.onnx.export of that module, onnx.checker-checked
+// CHECKPOINT is a step_<N> directory or a run directory (its `latest`).
 
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "command.hpp"
+#include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/run_config.hpp"
@@ -19,6 +29,8 @@ namespace hpctrain::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+extern "C" char** environ;
 
 struct ExportArgs {
   std::string checkpoint;
@@ -38,6 +50,41 @@ std::string checkpoint_dir(const std::string& path) {
                             "with a checkpoints/latest pointer: pass a step_<N> directory"));
 }
 
+// The interpreter and the scripts/ directory: HPCTRAIN_PYTHON and HPCTRAIN_SCRIPTS_DIR when set
+// (an installed hpctrain without its source tree), else Debian's python3 and this source tree's.
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// Runs scripts/export_model.py without a shell (no quoting of the model text) and returns its
+// exit status; its messages go to this process's stderr.
+int run_export_script(const std::string& model_text, const std::string& state_file,
+                      const std::string& format, const std::string& out) {
+  const std::string python = env_or("HPCTRAIN_PYTHON", "/usr/bin/python3");
+  const std::string script =
+      env_or("HPCTRAIN_SCRIPTS_DIR", std::string(HPCTRAIN_SOURCE_DIR) + "/scripts") +
+      "/export_model.py";
+  if (!fs::exists(script)) {
+    throw ConfigError(str(script, " not found: --format ", format,
+                          " needs hpctrain's scripts/ (set HPCTRAIN_SCRIPTS_DIR)"));
+  }
+  std::vector<std::string> args{python,     script,     "--model", model_text, "--state",
+                                state_file, "--format", format,    "--out",    out};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    throw ConfigError(
+        str("cannot start ", python, ": install python3-torch (or set HPCTRAIN_PYTHON)"));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 int run_export(CommandContext& ctx) {
   if (ctx.runtime.world_size() > 1) {
     throw ConfigError("hpctrain export runs as one process: start it without mpirun/srun");
@@ -52,44 +99,109 @@ int run_export(CommandContext& ctx) {
   std::string origin;
   const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
   eval::RunConfig config(text, origin);
-  if (config.model_name() != "torchscript") {
+  const std::string& format = g_export.format;
+  const bool torchscript_run = config.model_name() == "torchscript";
+  if (format != "pytorch" && !torchscript_run && config.model_name() != "mlp" &&
+      config.model_name() != "cnn") {
     throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(), " model (", origin,
-                          "): --format torchscript exports TorchScript runs (model.name: "
-                          "torchscript); read other checkpoints with scripts/load_checkpoint.py"));
+                          "): --format ", format,
+                          " rebuilds the built-in mlp and cnn models and TorchScript runs in "
+                          "PyTorch; export this one with --format pytorch (its state_dict)"));
+  }
+  if (checkpoint::read_manifest(dir)
+          .value("trainer_state", nlohmann::json::object())
+          .contains("compression")) {
+    const auto& c = checkpoint::read_manifest(dir)["trainer_state"]["compression"];
+    if (c.value("quantize", std::string()) == "int8") {
+      throw ConfigError(str(dir,
+                            " is an int8 checkpoint (hpctrain compress --quantize int8): "
+                            "export the float32 checkpoint it came from (",
+                            c.value("source", std::string("?")), ")"));
+    }
   }
   auto model = config.build_model(model::ModelContext{});
-  auto* scripted = dynamic_cast<model::TorchScriptModel*>(model.get());
-  if (!scripted) throw Error("the torchscript model is not a TorchScriptModel (internal error)");
   auto records = eval::model_records(*model);
   checkpoint::Loaded loaded = checkpoint::load_local(dir, records);
   model->eval();
+  const std::int64_t step = loaded.manifest.value("step", std::int64_t{0});
 
   // Written beside the target and renamed: a reader never sees half a file.
   const fs::path out = fs::absolute(g_export.out);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
   const std::string tmp = out.string() + ".tmp";
-  try {
-    scripted->module().save(tmp);
-  } catch (const c10::Error& e) {
-    fs::remove(tmp);
-    throw ConfigError(
-        str("cannot write ", out.string(), ": ", e.what_without_backtrace(), ": check --out"));
+  if (format == "torchscript" && torchscript_run) {
+    auto* scripted = dynamic_cast<model::TorchScriptModel*>(model.get());
+    if (!scripted) throw Error("the torchscript model is not a TorchScriptModel (internal error)");
+    try {
+      scripted->module().save(tmp);
+    } catch (const c10::Error& e) {
+      fs::remove(tmp);
+      throw ConfigError(
+          str("cannot write ", out.string(), ": ", e.what_without_backtrace(), ": check --out"));
+    }
+    fs::rename(tmp, out);
+    log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ", records.size(),
+                  " tensors of ", dir, " (step ", step,
+                  "), in evaluation mode; load it with torch.jit.load"));
+    return 0;
   }
-  fs::rename(tmp, out);
-  log::info(str("wrote ", out.string(), ": the module of ", origin, " with the ", records.size(),
-                " tensors of ", dir, " (step ", loaded.manifest.value("step", std::int64_t{0}),
-                "), in evaluation mode; load it with torch.jit.load"));
+
+  // The state_dict: parameters then buffers, under the model's names, as torch.load returns it.
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& item : model->named_parameters(true)) {
+    state.insert(item.key(), item.value().detach().contiguous());
+  }
+  for (const auto& item : model->named_buffers(true)) {
+    state.insert(item.key(), item.value().detach().contiguous());
+  }
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
+  const std::string state_file = format == "pytorch" ? tmp : out.string() + ".state.tmp";
+  {
+    std::ofstream f(state_file, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.close();
+    if (!f) {
+      fs::remove(state_file);
+      throw ConfigError(str("cannot write ", state_file, ": check --out and free space"));
+    }
+  }
+  if (format == "pytorch") {
+    fs::rename(tmp, out);
+    log::info(str("wrote ", out.string(), ": the state_dict of ", dir, " (step ", step, ", ",
+                  state.size(), " tensors) in PyTorch's format; torch.load(\"", out.string(),
+                  "\") returns it"));
+    return 0;
+  }
+  const int code = run_export_script(config.model_text(), state_file, format, out.string());
+  fs::remove(state_file);
+  if (code != 0) {
+    fs::remove(out.string() + ".tmp");
+    if (code == 2) {
+      throw ConfigError(str("scripts/export_model.py refused ", dir, " (above): nothing written"));
+    }
+    throw Error(str("scripts/export_model.py failed with status ", code, " for ", dir,
+                    " (above): nothing written; it needs python3-torch and python3-yaml",
+                    format == "onnx" ? " and python3-onnx" : ""));
+  }
+  log::info(str("wrote ", out.string(), ": the ", config.model_name(), " of ", dir, " (step ", step,
+                ") ",
+                format == "onnx"
+                    ? "as ONNX (torch.onnx.export, opset 13, batch dimension dynamic), checked "
+                      "with onnx.checker; no ONNX runtime is available here to run it"
+                    : "as a TorchScript module in evaluation mode; load it with torch.jit.load"));
   return 0;
 }
 
 CommandRegistration reg(
-    "export", "Write a TorchScript run's trained model as a TorchScript file",
+    "export", "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX",
     [](CLI::App& app) {
       app.add_option("checkpoint", g_export.checkpoint,
                      "Checkpoint directory (step_<N>) or run directory (its latest checkpoint)")
           ->required();
-      app.add_option("--format", g_export.format, "Output format: torchscript")
-          ->check(CLI::IsMember({"torchscript"}));
+      app.add_option("--format", g_export.format,
+                     "pytorch (state_dict for torch.load), torchscript (torch.jit.load) or onnx "
+                     "(default torchscript)")
+          ->check(CLI::IsMember({"pytorch", "torchscript", "onnx"}));
       app.add_option("--out", g_export.out, "File to write, e.g. model.pt")->required();
     },
     run_export);

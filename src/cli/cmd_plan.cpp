@@ -56,6 +56,7 @@ struct PlanOptions {
   std::string ckpt_bandwidth = "1e9";
   double mtbf_hours = 0;
   std::string calibrate;
+  std::string compress;
   bool json = false;
 };
 PlanOptions g_plan;
@@ -496,6 +497,40 @@ void add_plan_rows(Table& t, const ComputePlan& p) {
   }
 }
 
+// The measured int8 / float32 evaluation speed of the calibrating run: its newest result of
+// `hpctrain eval --quantize int8` (or of an int8 compressed checkpoint evaluated into
+// RUN_DIR/eval) that has the float32 evaluation beside it.
+nlohmann::json measured_int8_speedup(const std::string& run_dir) {
+  const std::string path = run_dir + "/eval/results.jsonl";
+  std::ifstream in(path);
+  nlohmann::json found;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.contains("compression")) continue;
+    const auto& c = r["compression"];
+    if (c.value("quantize", nlohmann::json()) != "int8" || c.value("prune", 0.0) > 0) continue;
+    if (!c.contains("float32") || c["float32"].value("speedup", 0.0) <= 0) continue;
+    found = {{"speedup", c["float32"]["speedup"]},
+             {"step", r.value("step", std::int64_t{0})},
+             {"accuracy_drop", c["float32"]["drop"].value("accuracy", 0.0)},
+             {"loss_drop", c["float32"]["drop"].value("loss", 0.0)},
+             {"batch_size", r.value("batch_size", std::int64_t{0})},
+             {"world_size", r.value("world_size", 0)},
+             {"source", path}};
+  }
+  if (found.is_null()) {
+    throw ConfigError(
+        str("--compress int8 estimates from the int8/float32 speed measured on the "
+            "--calibrate run, and ",
+            path,
+            " has no int8 result with its float32 evaluation: run `hpctrain eval "
+            "--checkpoint ",
+            run_dir, " --quantize int8` first"));
+  }
+  return found;
+}
+
 int run_plan(CommandContext& ctx) {
   const PlanOptions& o = g_plan;
   std::optional<LedgerCalibration> calibration;
@@ -532,6 +567,31 @@ int run_plan(CommandContext& ctx) {
   const ComputePlan plan = plan::make_plan(in);
 
   nlohmann::ordered_json j = plan::plan_to_json(plan);
+  nlohmann::json int8;
+  if (!o.compress.empty()) {
+    if (o.compress != "int8") {
+      throw ConfigError(str("--compress ", o.compress, ": the evaluation side plans int8 only"));
+    }
+    if (!calibration) {
+      throw ConfigError(
+          "--compress int8 needs --calibrate RUN_DIR: the int8/float32 speed ratio is measured, "
+          "not assumed (hpctrain eval --quantize int8 on one of that run's checkpoints)");
+    }
+    if (!plan.timed || !(plan.eval_wall_per_pass_s > 0) || !std::isfinite(plan.eval_wall_s)) {
+      throw ConfigError(
+          str("--compress int8 scales the float32 evaluation time, and there is "
+              "none: the --calibrate run (",
+              o.calibrate,
+              ") must have evaluated (eval.every_steps), and the plan must "
+              "evaluate (--eval-samples N)"));
+    }
+    int8 = measured_int8_speedup(o.calibrate);
+    const double speedup = int8["speedup"].get<double>();
+    int8["eval_wall_per_pass_s"] = plan.eval_wall_per_pass_s / speedup;
+    int8["eval_wall_s"] = plan.eval_wall_s / speedup;
+    int8["eval_device_hours"] = plan.eval_device_hours / speedup;
+    j["compress_int8"] = int8;
+  }
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;
@@ -593,6 +653,17 @@ int run_plan(CommandContext& ctx) {
       t.text("check against that run", str("skipped: ", check["skipped"].get<std::string>()));
     }
   }
+  if (!int8.is_null()) {
+    t.section(str("evaluation in int8 (measured x", number_text(int8["speedup"].get<double>()),
+                  " samples/s of float32 at step ", int8["step"].get<std::int64_t>(), ", ",
+                  int8["source"].get<std::string>(), ")"));
+    t.row("int8 evaluation wall time per pass", int8["eval_wall_per_pass_s"].get<double>(), "s",
+          human_seconds(int8["eval_wall_per_pass_s"].get<double>()));
+    t.row("int8 evaluation wall time, all passes", int8["eval_wall_s"].get<double>(), "s",
+          human_seconds(int8["eval_wall_s"].get<double>()));
+    t.row("int8 evaluation device-hours", int8["eval_device_hours"].get<double>(), "device-h");
+    t.row("accuracy drop measured", int8["accuracy_drop"].get<double>(), "");
+  }
   std::cout << "hpctrain plan\n";
   t.print(std::cout);
   for (const auto& note : plan.notes) std::cout << "note: " << note << "\n";
@@ -651,6 +722,9 @@ CommandRegistration reg(
       app.add_option("--eval-samples", o.eval_samples, "Samples per evaluation pass")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
+      app.add_option("--compress", o.compress,
+                     "int8: also estimate the evaluation in int8, from the int8/float32 speed "
+                     "measured on the --calibrate run (hpctrain eval --quantize int8)");
       app.add_option("--evals", o.evals,
                      "Evaluation passes in the run (default: from eval.every_steps and "
                      "eval.at_end, else 1 when an evaluation size is given)")

@@ -2,7 +2,10 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
@@ -21,13 +24,18 @@ nlohmann::json CheckpointPlan::to_json() const {
           {"dir", dir},
           {"step", step},
           {"epoch", epoch},
+          {"consumed_samples", consumed_samples},
+          {"training_cost", training_cost},
           {"config_text", config_text},
           {"config_origin", config_origin},
           {"data_path", data_path},
           {"data_key", data_key},
           {"data_bytes", data_bytes},
           {"key", key.to_json()},
-          {"result_file", result_file}};
+          {"result_file", result_file},
+          {"compression", compression},
+          {"baseline_dir", baseline_dir},
+          {"baseline_note", baseline_note}};
 }
 
 CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
@@ -38,6 +46,8 @@ CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
   p.dir = j.at("dir").get<std::string>();
   p.step = j.at("step").get<std::int64_t>();
   p.epoch = j.at("epoch").get<std::int64_t>();
+  p.consumed_samples = j.at("consumed_samples").get<std::int64_t>();
+  p.training_cost = j.at("training_cost");
   p.config_text = j.at("config_text").get<std::string>();
   p.config_origin = j.at("config_origin").get<std::string>();
   p.data_path = j.at("data_path").get<std::string>();
@@ -53,6 +63,9 @@ CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
   p.key.precision = k.at("precision").get<std::string>();
   p.key.tag = k.at("tag").get<std::string>();
   p.result_file = j.at("result_file").get<std::string>();
+  p.compression = j.at("compression");
+  p.baseline_dir = j.at("baseline_dir").get<std::string>();
+  p.baseline_note = j.at("baseline_note").get<std::string>();
   return p;
 }
 
@@ -152,6 +165,29 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     if (key.max_samples != config.eval_max_samples()) add_tag(str("max", key.max_samples));
     key.precision = options_.precision.empty() ? config.precision() : options_.precision;
     if (key.precision != config.precision()) add_tag(key.precision);
+    const nlohmann::json state = manifest.value("trainer_state", nlohmann::json::object());
+    if (state.is_object() && state.contains("compression")) {
+      p.compression = state.at("compression");
+      if (options_.compression.any()) {
+        throw ConfigError(str("checkpoint '", dir, "' is already compressed (",
+                              p.compression.value("tag", std::string("?")),
+                              ", by hpctrain compress): drop --quantize/--prune to evaluate it, "
+                              "or compress the float32 checkpoint it came from (",
+                              p.compression.value("source", std::string("?")), ")"));
+      }
+      const std::string source = p.compression.value("source", std::string());
+      const checkpoint::Verification sv = checkpoint::verify(source);
+      if (sv.ok) {
+        p.baseline_dir = source;
+      } else {
+        p.baseline_note = str("the float32 checkpoint it came from (", source,
+                              ") does not verify (", sv.reason, "): no float32 comparison");
+      }
+    } else if (options_.compression.any()) {
+      options_.compression.validate();
+      add_tag(options_.compression.tag());
+      p.baseline_dir = dir;
+    }
     key.tag = tag;
     if (!options_.force && store.has(key)) {
       p.status = "done";
@@ -165,6 +201,18 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
       return p;
     }
     p.status = "evaluate";
+    p.consumed_samples = manifest.value("consumed_samples", std::int64_t{0});
+    // A compressed checkpoint cost what its float32 source cost.
+    std::string trained_in = run_dir;
+    std::int64_t trained_on = manifest.value("world_size", std::int64_t{1});
+    if (!p.compression.is_null()) {
+      trained_in = fs::path(p.compression.value("source", std::string()))
+                       .parent_path()
+                       .parent_path()
+                       .string();
+      trained_on = p.compression.value("source_world_size", trained_on);
+    }
+    p.training_cost = training_cost(trained_in, p.step, trained_on);
   } catch (const Error& e) {
     p.status = "error";
     p.message = e.what();
@@ -177,6 +225,89 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
   }
   if (p.status == "error" || p.status == "bad") p.config_text.clear();
   return p;
+}
+
+}  // namespace hpctrain::eval::detail
+
+namespace hpctrain::eval::detail {
+
+nlohmann::json training_cost(const std::string& run_dir, std::int64_t step,
+                             std::int64_t world_size) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  if (!in) return nullptr;
+  double wall = 0;
+  std::int64_t previous = 0, timed = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"type\":\"train\"") == std::string::npos) continue;
+    const nlohmann::json r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.contains("step") || !r.contains("step_time")) continue;
+    const std::int64_t s = r["step"].get<std::int64_t>();
+    if (s > step || s <= previous) continue;
+    wall += r["step_time"].get<double>() * static_cast<double>(s - previous);
+    timed += s - previous;
+    previous = s;
+  }
+  if (timed == 0) return nullptr;
+  // Steps after the last logged interval (the checkpoint's step is not a logging step) are
+  // counted at the mean rate of the timed ones.
+  if (previous < step) wall *= static_cast<double>(step) / static_cast<double>(timed);
+  return {{"rank_seconds", wall * static_cast<double>(world_size)},
+          {"wall_seconds", wall},
+          {"world_size", world_size},
+          {"steps_timed", timed},
+          {"source", run_dir + "/metrics.jsonl (train records: step_time x steps)"}};
+}
+
+nlohmann::ordered_json cost_record(const nlohmann::json& training, double forward_flops,
+                                   std::int64_t consumed_samples, double eval_seconds,
+                                   int world_size, std::int64_t eval_samples) {
+  const double train_flops = 3.0 * forward_flops * static_cast<double>(consumed_samples);
+  const double eval_flops = forward_flops * static_cast<double>(eval_samples);
+  const double eval_rank_seconds = eval_seconds * world_size;
+  nlohmann::ordered_json train{{"flops", train_flops}, {"samples", consumed_samples}};
+  nlohmann::ordered_json j;
+  if (!training.is_null()) {
+    const double rs = training.at("rank_seconds").get<double>();
+    train["rank_seconds"] = rs;
+    train["device_hours"] = rs / 3600;
+    train["wall_seconds"] = training.at("wall_seconds");
+    train["world_size"] = training.at("world_size");
+    train["source"] = training.at("source");
+  }
+  j["training"] = train;
+  j["evaluation"] = {{"flops", eval_flops},
+                     {"samples", eval_samples},
+                     {"rank_seconds", eval_rank_seconds},
+                     {"device_hours", eval_rank_seconds / 3600},
+                     {"world_size", world_size}};
+  j["ratio"] = {{"flops", eval_flops > 0 ? train_flops / eval_flops : 0.0},
+                {"rank_seconds", !training.is_null() && eval_rank_seconds > 0
+                                     ? training.at("rank_seconds").get<double>() / eval_rank_seconds
+                                     : 0.0}};
+  return j;
+}
+
+std::string cost_line(const nlohmann::json& c) {
+  auto sci = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3g", v);
+    return std::string(b);
+  };
+  const auto& t = c.at("training");
+  const auto& e = c.at("evaluation");
+  std::string line = "cost: training to this checkpoint ";
+  line += t.contains("rank_seconds") ? str(sci(t.at("rank_seconds").get<double>()), " rank-s (",
+                                           sci(t.at("device_hours").get<double>()), " device-h), ")
+                                     : std::string("(no train records: time unknown), ");
+  line += str(sci(t.at("flops").get<double>()), " FLOPs; this evaluation ",
+              sci(e.at("rank_seconds").get<double>()), " rank-s, ",
+              sci(e.at("flops").get<double>()), " FLOPs; training/evaluation ",
+              sci(c.at("ratio").at("flops").get<double>()), "x in FLOPs");
+  if (t.contains("rank_seconds")) {
+    line += str(", ", sci(c.at("ratio").at("rank_seconds").get<double>()), "x in rank-seconds");
+  }
+  return line;
 }
 
 }  // namespace hpctrain::eval::detail

@@ -22,6 +22,7 @@ struct CheckpointPlan {
   std::string dir;
   std::int64_t step = -1;
   std::int64_t epoch = 0;
+  std::int64_t consumed_samples = 0;
   std::string config_text;
   std::string config_origin;
   std::string data_path;  ///< as the config or --data names it
@@ -29,10 +30,34 @@ struct CheckpointPlan {
   std::uint64_t data_bytes = 0;
   EvalKey key;
   std::string result_file;  ///< the existing result (done)
+  /// A compressed checkpoint: its manifest's trainer_state.compression record (else null).
+  nlohmann::json compression;
+  /// The float32 checkpoint to compare with: the source of a compressed checkpoint when it still
+  /// verifies, or `dir` itself for --quantize / --prune; empty when there is none.
+  std::string baseline_dir;
+  std::string baseline_note;  ///< why there is no baseline
+  /// What training up to this checkpoint cost in time (training_cost), or null when unknown.
+  nlohmann::json training_cost;
 
   nlohmann::json to_json() const;
   static CheckpointPlan from_json(const nlohmann::json& j);
 };
+
+/// The training time behind the checkpoint of `step` of `run_dir`: the run's metrics.jsonl train
+/// records up to that step (step_time x steps of each logging interval, so evaluation and
+/// checkpoint pauses are not counted) times `world_size` ranks, as {"rank_seconds",
+/// "wall_seconds", "steps_timed", "source"}; null when the run left no train records. Local.
+nlohmann::json training_cost(const std::string& run_dir, std::int64_t step,
+                             std::int64_t world_size);
+
+/// The "cost" field of a result: training to this checkpoint (rank-seconds, device-hours,
+/// FLOPs = 3 x forward FLOPs x samples consumed) against this evaluation (rank-seconds, FLOPs =
+/// forward FLOPs x samples) and their ratios. Local.
+nlohmann::ordered_json cost_record(const nlohmann::json& training, double forward_flops,
+                                   std::int64_t consumed_samples, double eval_seconds,
+                                   int world_size, std::int64_t eval_samples);
+/// One line for the log from a cost record. Local.
+std::string cost_line(const nlohmann::json& cost);
 
 /// World rank 0's side of the decisions. Local.
 class Planner {

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -13,6 +14,7 @@
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/batch_size_search.hpp"
+#include "hpctrain/eval/compression.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/result_store.hpp"
@@ -214,8 +216,18 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   RunConfig config(plan.config_text, plan.config_origin);
   data::Dataset& data = dataset(plan, config);
   model::Model& model = model_for(config);
+  model.clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
   check_data_fits_model(model, data, plan.data_key, config.vocab_size());
-  auto records = model_records(model);
+  const bool compressed_checkpoint = !plan.compression.is_null();
+  const bool compress_now = options.compression.any();
+  if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
+    throw ConfigError(
+        str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
+            "tensor-parallel checkpoint is gathered to its logical tensors)"));
+  }
+  std::map<std::string, model::Int8Weight> int8;
+  auto records = compressed_checkpoint ? compressed_records(model, plan.compression, int8)
+                                       : model_records(model);
   try {
     manager(run_dir).load(dir, records);
   } catch (const CheckpointError& e) {
@@ -238,8 +250,38 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   eval_options.bf16 = plan.key.precision == "bf16";
   eval_options.fp16 = plan.key.precision == "fp16";  // CUDA only: float32 on CPU
   eval_options.prefetch = options.prefetch;
+  // Compressed evaluation: the float32 model first (the source checkpoint, or this one before
+  // compressing it in memory), then the compressed one, on the same data and batches.
+  std::optional<EvalResult> baseline;
+  nlohmann::ordered_json compression;
+  if (compressed_checkpoint) {
+    compression = plan.compression;
+    if (!plan.baseline_dir.empty()) {
+      auto float_records = model_records(model);
+      manager(run_dir).load(plan.baseline_dir, float_records);
+      baseline = evaluate(model, data, *env.control.dp, eval_options);
+      manager(run_dir).load(dir, records);
+    } else {
+      log::warn(str(dir, ": ", plan.baseline_note));
+    }
+    install_int8(model, int8);
+  } else if (compress_now) {
+    baseline = evaluate(model, data, *env.control.dp, eval_options);
+    CompressedModel compressed = compress_model(model, options.compression);
+    compression = compressed.report;
+    compression["source"] = absolute(dir);
+  }
   const EvalResult result = evaluate(model, data, *env.control.dp, eval_options);
   nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);
+  std::string compression_warning;
+  if (compressed_checkpoint || compress_now) {
+    if (baseline) {
+      compression["float32"] =
+          compare_with_float32(result, *baseline, options.max_drop, compression_warning);
+      compression["float32"]["checkpoint"] = absolute(plan.baseline_dir);
+    }
+    record["compression"] = compression;
+  }
   if (eval_options.bf16 && options.compare_fp32) {
     EvalOptions fp32 = eval_options;
     fp32.bf16 = false;
@@ -255,6 +297,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     cmp["fp32_samples_per_s"] = ref.samples_per_second;
     record["bf16_vs_fp32"] = cmp;
   }
+  record["cost"] = detail::cost_record(plan.training_cost, model.forward_flops_per_sample(),
+                                       plan.consumed_samples, result.seconds, env.grid.world_size(),
+                                       result.samples);
   for (auto& [k, v] : extra.items()) record[k] = v;
   record["key"] = plan.key.to_json();
 
@@ -265,6 +310,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
           store.write(plan.key, record, metric, EvalResult::higher_is_better(metric));
       session.push_back(record);
       log::info(detail::result_line(record, store.step_file(plan.key), best));
+      log::info(detail::cost_line(record.at("cost")));
+      if (record.contains("compression")) log::info(compression_line(record.at("compression")));
+      if (!compression_warning.empty()) log::warn(compression_warning);
     } catch (const Error& e) {
       problem = e.what();
     }

@@ -166,6 +166,8 @@ nlohmann::json ResultStore::write(const EvalKey& key, const nlohmann::ordered_js
                                {"checkpoint", best.value("checkpoint", std::string())},
                                {"result", step_file(best.at("step").get<std::int64_t>(), key.tag)},
                                {"key", best.at("key")}};
+    // What producing that checkpoint cost against evaluating it (docs/EVAL.md).
+    if (best.contains("cost")) out["cost"] = best.at("cost");
     write_file_atomic(str(dir_, "/best", key.tag.empty() ? "" : "." + key.tag, ".json"),
                       out.dump(2) + "\n");
   }

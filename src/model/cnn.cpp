@@ -29,9 +29,9 @@ torch::Tensor Cnn::forward(const torch::Tensor& inputs) {
   torch::Tensor x =
       inputs.reshape({inputs.size(0), input_shape_[0], input_shape_[1], input_shape_[2]});
   for (auto& conv : convs_) x = torch::max_pool2d(torch::relu(conv->forward(x)), 2);
-  x = torch::relu(fc1_->forward(x.flatten(1)));
+  x = torch::relu(linear(*fc1_, x.flatten(1)));
   if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
-  return fc2_->forward(x);
+  return linear(*fc2_, x);
 }
 
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx) {

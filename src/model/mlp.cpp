@@ -20,7 +20,7 @@ Mlp::Mlp(std::int64_t in_features, const std::vector<std::int64_t>& hidden,
 torch::Tensor Mlp::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs.flatten(1);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_[i]->forward(x);
+    x = linear(*layers_[i], x);
     if (i + 1 < layers_.size()) {
       x = torch::relu(x);
       if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "hpctrain/comm/environment.hpp"
+#include "hpctrain/eval/compression.hpp"
 
 namespace hpctrain::runtime {
 class Runtime;
@@ -39,6 +40,10 @@ struct OfflineOptions {
   bool force = false;               ///< evaluate again even when a result exists
   double poll_seconds = 10;         ///< --watch: seconds between looks at the run
   double timeout_seconds = 3600;    ///< --watch: give up after this long without a new checkpoint
+  CompressionSpec compression;      ///< --quantize / --prune: compress in memory, compare with fp32
+  /// --max-drop: warn when compression costs more than this much accuracy (absolute), or, for
+  /// language models and regression, this fraction of the float32 loss.
+  double max_drop = 0.05;
 };
 
 class OfflineEvaluator {

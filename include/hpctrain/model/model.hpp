@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,8 @@ class Communicator;
 }  // namespace hpctrain
 
 namespace hpctrain::model {
+
+class QuantizedLinear;
 
 /// Where the model is built: its tensor-parallel group and the seed its initialisation draws from.
 struct ModelContext {
@@ -71,6 +74,23 @@ class Model : public torch::nn::Module {
   virtual ShardInfo shard_info(const std::string& name) const;
   /// Parameters of the logical model (all shards together). Local.
   std::int64_t logical_parameter_count() const;
+
+  /// Runs the torch::nn::Linear submodule `layer` through `q` (int8 weights, dynamic int8
+  /// activations; model/quantized_linear.hpp) from now on, in forward passes of models that call
+  /// their linear layers through linear() (the built-in mlp and cnn). Local.
+  void set_int8_linear(const torch::nn::Module* layer, std::shared_ptr<QuantizedLinear> q);
+  /// Back to the float32 layers. Local.
+  void clear_int8_linears() { int8_.clear(); }
+  /// Linear layers running in int8. Local.
+  std::size_t int8_linear_count() const { return int8_.size(); }
+
+ protected:
+  /// `layer`'s output for `x`: its int8 replacement when one is set, else layer.forward(x).
+  /// Local.
+  torch::Tensor linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
+
+ private:
+  std::map<const torch::nn::Module*, std::shared_ptr<QuantizedLinear>> int8_;
 };
 
 using ModelFactory =

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Compressed evaluation (docs/BENCHMARKS.md, "Compressed evaluation"): the Fashion-MNIST MLP and
+# CNN trained one epoch on 2 ranks x 1 thread, then on 1 and 2 ranks x 1 thread, in the same run:
+# `hpctrain eval --quantize int8` (float32 and int8 of the same checkpoint, same batches, one
+# process), and `--prune 0.5` / `--prune 0.9` (global). Test split, 10,000 images, batch 1000.
+# Prints samples/s float32 and compressed, model bytes, accuracy drop.
+#   scripts/bench_compress.sh [mlp|cnn|all] [REPEAT]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+which=${1:-all}
+repeat=${2:-3}
+bin=${BUILD_DIR:-build}/bin/hpctrain
+[[ -x $bin ]] || ./scripts/build.sh
+data=${DATA_DIR:-data/fashion-mnist}
+[[ -f $data/test.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
+flags=(--bind-to core)
+[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
+out=${BENCH_OUT:-/tmp/hpctrain-bench-compress}
+rm -rf "$out" && mkdir -p "$out"
+models=(mlp cnn)
+[[ $which != all ]] && models=("$which")
+declare -A steps=([mlp]=938 [cnn]=300)
+
+for model in "${models[@]}"; do
+  run=$out/$model
+  mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
+    --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" \
+    --set "run.max_steps=${steps[$model]}" --set eval.every_steps=0 --set eval.at_end=false \
+    --set "run.dir=$run" --set logging.progress=plain --resume none >"$out/$model-train.log" 2>&1
+  for ((i = 1; i <= repeat; i++)); do
+    for np in 1 2; do
+      for what in "--quantize int8" "--prune 0.5" "--prune 0.9"; do
+        tag=$(echo "$what" | tr -d ' -')
+        # shellcheck disable=SC2086  # $what is two words on purpose
+        mpirun "${flags[@]}" -np $np "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
+          --batch-size 1000 --max-samples 0 $what --max-drop 1 \
+          --results "$out/$model-np$np-$tag-$i" >"$out/$model-np$np-$tag-$i.log" 2>&1
+      done
+    done
+  done
+done
+
+/usr/bin/python3 - "$out" "${models[@]}" <<'PY'
+import glob, json, statistics, sys
+out, models = sys.argv[1], sys.argv[2:]
+print(f"{'model':<5} {'ranks':>5} {'compression':<12} {'fp32 samples/s':>14} {'compressed':>11} "
+      f"{'x':>5} {'bytes fp32':>11} {'compressed':>11} {'acc fp32':>8} {'acc drop':>8}")
+for model in models:
+    for np in (1, 2):
+        for tag in ("quantizeint8", "prune0.5", "prune0.9"):
+            rs = [json.load(open(p)) for p in glob.glob(f"{out}/{model}-np{np}-{tag}-*/step_*.json")]
+            if not rs:
+                continue
+            fp32 = statistics.median(r["compression"]["float32"]["samples_per_s"] for r in rs)
+            comp = statistics.median(r["samples_per_s"] for r in rs)
+            c = rs[0]["compression"]
+            print(f"{model:<5} {np:>5} {tag:<12} {fp32:>14.0f} {comp:>11.0f} {comp / fp32:>5.2f} "
+                  f"{c['bytes_before']:>11} {c['bytes_after']:>11} {c['float32']['accuracy']:>8.4f} "
+                  f"{c['float32']['drop']['accuracy']:>8.4f}")
+PY
