@@ -45,10 +45,12 @@ struct LedgerFacts {
   int tp = 1;
   int threads_per_rank = 1;
   std::string device;
+  std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor
 };
 
-/// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak
-/// resident memory. Collective over `world`; the returned JSON is complete on every rank.
+/// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks, and each
+/// rank's own in "rank_seconds_per_rank") and peak resident (and device) memory. Collective over
+/// `world`; the returned JSON is complete on every rank.
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& facts,
                                     comm::ControlPlane& world);
 
