@@ -79,8 +79,11 @@ void TraceSession::before_step(std::int64_t step) {
   open_ = true;
 }
 
-void TraceSession::after_step(std::int64_t step, comm::ControlPlane& world) {
-  if (open_ && step >= window_.start_step + window_.steps - 1) write(world);
+void TraceSession::after_step(std::int64_t step, comm::ControlPlane& world,
+                              const std::function<void()>& settle) {
+  if (!open_ || step < window_.start_step + window_.steps - 1) return;
+  if (settle) settle();
+  write(world);
 }
 
 void TraceSession::finish(comm::ControlPlane& world) {

@@ -5,6 +5,7 @@
 // Private to the train layer.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,11 @@ class TraceSession {
                std::string run_dir, comm::ControlPlane& world);
   /// Before running step number `step` (1-based): opens the window at its first step. Local.
   void before_step(std::int64_t step);
-  /// After step number `step`: at the window's last step, closes it and writes trace.json.
-  /// Collective over `world` then (every rank reaches the same step).
-  void after_step(std::int64_t step, comm::ControlPlane& world);
+  /// After step number `step`: at the window's last step, calls `settle` (the trainer waits for a
+  /// checkpoint write in flight, so that its slices end inside the window), closes the window and
+  /// writes trace.json. Collective over `world` then (every rank reaches the same step).
+  void after_step(std::int64_t step, comm::ControlPlane& world,
+                  const std::function<void()>& settle);
   /// End of training: an open window (the run stopped inside it) is written. Collective.
   void finish(comm::ControlPlane& world);
   /// The path written, empty before. Local.

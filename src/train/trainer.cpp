@@ -550,7 +550,7 @@ TrainOutcome Trainer::run() {
       excluded += seconds_since(save_start);
     }
     carried = std::max(0.0, seconds_since(after_step) - excluded);
-    tracer.after_step(step, *m.env.control.world);
+    tracer.after_step(step, *m.env.control.world, [&m] { m.ckpt->wait(); });
     profiler.after_step(step);
   }
   tracer.finish(*m.env.control.world);

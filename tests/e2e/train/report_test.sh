@@ -42,13 +42,15 @@ import html.parser, json, math, sys
 class P(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
-        self.series, self.bars, self.best = {}, {}, 0
+        self.series, self.bars, self.best, self.figure = {}, {}, 0, ""
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
+        if tag == "figure":
+            self.figure = a.get("id", "")
         if tag == "g" and "data-points" in a:
             self.series[a["data-name"]] = [tuple(p) for p in json.loads(a["data-points"])]
-        if tag == "g" and "data-parts" in a:
-            self.bars[a["data-name"]] = json.loads(a["data-parts"])
+        if tag == "g" and "data-parts" in a:  # bars by chart: {"phases": {"rank 0": [...]}}
+            self.bars.setdefault(self.figure, {})[a["data-name"]] = json.loads(a["data-parts"])
         if "best" in a.get("class", "").split():
             self.best += 1
 def parse(path):
@@ -82,10 +84,12 @@ same(p.series["offline eval accuracy"], offline)
 assert p.best == 1, p.best
 led = json.load(open(f"{run}/ledger.json"))
 per = led["rank_seconds_per_rank"]
-assert sorted(p.bars) == sorted(["rank 0", "rank 1", "rank-seconds", "FLOPs"]), p.bars
+assert sorted(p.bars) == ["cost", "flops", "memory_peaks", "phases"], p.bars
 for i in range(2):
-    assert p.bars[f"rank {i}"] == [per[k][i] for k in
+    assert p.bars["phases"][f"rank {i}"] == [per[k][i] for k in
         ("forward", "backward", "optimizer", "comm_wait", "data_wait", "eval", "checkpoint")], p.bars
+    assert p.bars["memory_peaks"][f"rank {i}"] == [led["peak_rss_bytes_per_rank"][i] / 1048576], p.bars
+assert p.bars["cost"]["rank-seconds"] == [led["rank_seconds"]["train_loop"], led["rank_seconds"]["eval"]]
 assert abs(sum(per["forward"]) - led["rank_seconds"]["forward"]) < 1e-9, per
 PY
 grep -q "offline eval accuracy" "$TMP/run/report.html" || fail "offline evaluations missing"
@@ -103,7 +107,8 @@ from series import parse, same
 p = parse(f"{sys.argv[1]}/noeval.dom")
 train = [r for r in map(json.loads, open(f"{sys.argv[2]}/metrics.jsonl")) if r["type"] == "train"]
 same(p.series["train loss"], [(r["step"], r["loss"]) for r in train])
-assert p.series["eval accuracy"] == [] and p.series["offline eval accuracy"] == [], p.series
+assert not p.series.get("eval accuracy") and not p.series.get("offline eval accuracy"), p.series
+assert "no data yet" in open(f"{sys.argv[1]}/noeval.dom").read()
 PY
 
 # A run in progress: no ledger yet, the last line of metrics.jsonl half-written.

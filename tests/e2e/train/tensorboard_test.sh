@@ -5,6 +5,7 @@
 # and the resource monitor's fields); offline `hpctrain eval` adds its results under
 # offline_eval/; a run killed with SIGKILL leaves a file whose records all decode.
 source "$(dirname "$0")/../lib.sh"
+export PYTHONDONTWRITEBYTECODE=1  # the reader is imported from the source tree
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 reader=$HPCTRAIN_SOURCE_DIR/tests/e2e/train/tensorboard_reader.py
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"

@@ -40,8 +40,8 @@ TEST(TensorBoard, ScalarEventHasProtobufFieldsInOrder) {
   double wall = 1.5;
   want.append(reinterpret_cast<const char*>(&wall), 8);
   want += "\x10\xac\x02";  // field 2, varint 300
-  want += "\x2a\x09";      // field 5 (summary), 9 bytes
-  want += "\x0a\x07";      // Summary.value, 7 bytes
+  want += "\x2a\x0a";      // field 5 (summary), 10 bytes
+  want += "\x0a\x08";      // Summary.value, 8 bytes
   want +=
       "\x0a\x01"
       "a";         // Value.tag
