@@ -485,12 +485,14 @@ TrainOutcome Trainer::run() {
     if (!loader.next_step(micro)) {
       throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
     }
-    runtime::trace::record(0, "data wait", step_start, Clock::now());
+    if (runtime::trace::on()) runtime::trace::record(0, "data wait", step_start, Clock::now());
     const double waited = loader.wait_seconds() - wait_before;
     m.phases.data_wait += waited;
     interval.data_wait += waited;
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
-    runtime::trace::record(0, "step", step_start, Clock::now(), m.state.step + 1);
+    if (runtime::trace::on()) {
+      runtime::trace::record(0, "step", step_start, Clock::now(), m.state.step + 1);
+    }
     m.state.sampler = loader.state();
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;

@@ -87,14 +87,14 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     if (k_total > 1) loss = loss / static_cast<double>(k_total);
     device_sync();
     phases.forward += since(t0);
-    trace::record(0, "forward", t0, Clock::now());
+    if (trace::on()) trace::record(0, "forward", t0, Clock::now());
 
     auto t1 = Clock::now();
     p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
     loss.backward();
     device_sync();
     phases.backward += since(t1);
-    trace::record(0, "backward", t1, Clock::now());
+    if (trace::on()) trace::record(0, "backward", t1, Clock::now());
     r.loss_sum += out.loss_sum;
     r.correct += static_cast<double>(out.correct);
     r.count += static_cast<double>(out.count);
