@@ -15,6 +15,7 @@ packages=(
   dataset-fashion-mnist fortunes
   slurm-wlm munge iproute2
   zlib1g-dev
+  python3-protobuf python3-crcmod protobuf-compiler chromium
 )
 
 missing=()

@@ -26,6 +26,7 @@
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 #include "manager_impl.hpp"
 #include "slab_io.hpp"
@@ -284,6 +285,7 @@ void CheckpointManager::save(SaveContent content) {
   if (writer && !deferred) {
     if (content.copy) {
       const auto copy_started = Clock::now();
+      runtime::trace::Scope traced(0, "checkpoint copy", content.step);
       m.copy_tensors(content.tensors);
       m.last_copy_seconds = seconds_since(copy_started);
     } else {
@@ -302,8 +304,11 @@ void CheckpointManager::save(SaveContent content) {
       m.copy_pending = true;
     }
     m.worker = std::thread([&m, deferred, job = std::move(job)]() mutable {
+      // logging.trace: one lane for the writer threads (one runs at a time).
+      static const int lane = runtime::trace::lane("checkpoint writer");
       if (deferred) {
         const auto copy_started = Clock::now();
+        runtime::trace::Scope traced(lane, "checkpoint copy", job.content.step);
         try {
           m.copy_tensors(job.content.tensors);
         } catch (const std::exception& e) {
@@ -313,6 +318,7 @@ void CheckpointManager::save(SaveContent content) {
         m.last_copy_seconds = seconds_since(copy_started);
         m.release_copy();
       }
+      runtime::trace::Scope traced(lane, "checkpoint write", job.content.step);
       m.result = detail::run_save_job(m.ctx, job, m.digest_buffer);
       m.worker_done = true;
     });

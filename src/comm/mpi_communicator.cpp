@@ -1,5 +1,6 @@
 #include "hpctrain/comm/mpi_communicator.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <exception>
 
@@ -7,6 +8,7 @@
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
 
 namespace hpctrain::comm {
@@ -111,6 +113,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool async_thr
     : comm_(comm), name_(std::move(name)), async_thread_(async_thread) {
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  trace_lane_ = runtime::trace::lane("comm " + name_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -151,17 +154,27 @@ void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op) {
 
 void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   wait_all();  // keep issue order: earlier asynchronous operations first
+  runtime::trace::Scope traced(trace_lane_, "all_reduce",
+                               size_ > 1 ? static_cast<std::int64_t>(byte_size(tensor)) : -1);
   all_reduce_now(tensor, op);
 }
 
 WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
   auto work = std::make_shared<MpiWork>();
-  auto run = [this, tensor, op, work]() mutable {
+  const auto launch = std::chrono::steady_clock::now();
+  auto run = [this, tensor, op, work, launch]() mutable {
     std::exception_ptr error;
+    // The slice runs from the launch (or the end of the collective queued before it) to the end.
+    const auto begin = std::max(launch, last_end_);
     try {
       all_reduce_now(tensor, op);
     } catch (...) {
       error = std::current_exception();
+    }
+    last_end_ = std::chrono::steady_clock::now();
+    if (size_ > 1) {
+      runtime::trace::record(trace_lane_, "all_reduce", begin, last_end_,
+                             static_cast<std::int64_t>(byte_size(tensor)));
     }
     work->finish(error);
   };
@@ -218,6 +231,7 @@ void MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
 
 torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
   wait_all();
+  runtime::trace::Scope traced(trace_lane_, "all_gather");
   check_cpu(tensor, "all_gather", name_);
   torch::Tensor input = tensor.contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
@@ -238,6 +252,7 @@ torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
 
 torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, ReduceOp op) {
   wait_all();
+  runtime::trace::Scope traced(trace_lane_, "reduce_scatter");
   check_cpu(tensor, "reduce_scatter", name_);
   if (tensor.dim() == 0 || tensor.size(0) % size_ != 0) {
     throw CommError(str("reduce_scatter on group ", name_, ": dim 0 of shape ", tensor.sizes(),

@@ -25,6 +25,7 @@
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/tensorboard_writer.hpp"
 #include "result_table.hpp"
 
 namespace hpctrain::eval {
@@ -79,6 +80,10 @@ struct OfflineEvaluator::Impl {
   std::int64_t batch_size(const CheckpointPlan& plan, model::Model& model, data::Dataset& data,
                           const std::string& model_text, nlohmann::ordered_json& record);
   Outcome run_one(const std::string& run_dir, const std::string& dir, bool strict);
+  /// Rank 0: a run trained with logging.tensorboard (it has RUN_DIR/tensorboard) gets the result
+  /// as "offline_eval[/<tag>]/<field>" scalars at the checkpoint's step. Local.
+  void tensorboard(const std::string& run_dir, const EvalKey& key, const EvalResult& result);
+  std::map<std::string, std::unique_ptr<runtime::TensorBoardWriter>> tensorboards;  // by run dir
   nlohmann::ordered_json record_of(const CheckpointPlan& plan, const EvalResult& result,
                                    std::int64_t batch, const std::string& metric);
   int evaluate_dirs(const std::string& run_dir, const std::vector<std::string>& dirs,
@@ -313,6 +318,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
       log::info(detail::cost_line(record.at("cost")));
       if (record.contains("compression")) log::info(compression_line(record.at("compression")));
       if (!compression_warning.empty()) log::warn(compression_warning);
+      tensorboard(run_dir, plan.key, result);
     } catch (const Error& e) {
       problem = e.what();
     }
@@ -320,6 +326,28 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   problem = decide(problem);
   if (!problem.empty()) throw Error(problem);
   return Outcome::kEvaluated;
+}
+
+void OfflineEvaluator::Impl::tensorboard(const std::string& run_dir, const EvalKey& key,
+                                         const EvalResult& result) {
+  const std::string dir = run_dir + "/tensorboard";
+  if (run_dir.empty() || !fs::is_directory(dir)) return;
+  auto& writer = tensorboards[run_dir];
+  try {
+    if (!writer) writer = std::make_unique<runtime::TensorBoardWriter>(dir);
+  } catch (const Error& e) {
+    log::warn(str("offline results not written for TensorBoard: ", e.what()));
+    return;
+  }
+  const std::string prefix = key.tag.empty() ? "offline_eval/" : "offline_eval/" + key.tag + "/";
+  std::vector<std::pair<std::string, double>> values{
+      {prefix + "loss", result.loss},
+      {prefix + "accuracy", result.accuracy},
+      {prefix + "samples_per_s", result.samples_per_second}};
+  if (result.task == "language_model")
+    values.emplace_back(prefix + "perplexity", result.perplexity);
+  if (result.task == "regression") values.emplace_back(prefix + "mae", result.mae);
+  writer->add_scalars(key.step, values);
 }
 
 int OfflineEvaluator::Impl::evaluate_dirs(const std::string& run_dir,

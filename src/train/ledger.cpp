@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "hpctrain/comm/control_plane.hpp"
@@ -20,8 +21,14 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   std::vector<double> p{mine.forward,    mine.backward,   mine.optimizer,
                         mine.comm_wait,  mine.data_wait,  mine.eval,
                         mine.checkpoint, mine.train_wall, mine.total_wall};
+  // Each rank's own phases, for the report page's per-rank breakdown (stragglers show there).
+  nlohmann::ordered_json per_rank = nlohmann::ordered_json::object();
+  const char* phase_names[] = {"forward", "backward",   "optimizer",  "comm_wait", "data_wait",
+                               "eval",    "checkpoint", "train_loop", "total"};
+  for (std::size_t i = 0; i < p.size(); ++i) per_rank[phase_names[i]] = world.all_gather(p[i]);
   world.reduce(p, comm::ReduceOp::kSum);
   const std::vector<std::int64_t> peaks = world.all_gather(peak_rss_bytes());
+  const std::vector<std::int64_t> device_peaks = world.all_gather(f.peak_device_memory_bytes);
 
   const double train_flops_per_sample = 3.0 * f.forward_flops_per_sample;  // forward + 2x backward
   const double train_flops = train_flops_per_sample * static_cast<double>(f.samples_trained);
@@ -71,7 +78,11 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   // Measured: seconds per trained sample over seconds per evaluated sample (FLOPs predict 3).
   j["cost_ratio_train_to_eval"] = {
       {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
+  j["rank_seconds_per_rank"] = per_rank;
   j["peak_rss_bytes_per_rank"] = peaks;
+  if (*std::min_element(device_peaks.begin(), device_peaks.end()) >= 0) {
+    j["peak_device_memory_bytes_per_rank"] = device_peaks;
+  }
   return j;
 }
 

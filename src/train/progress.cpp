@@ -11,6 +11,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/tensorboard_writer.hpp"
 
 namespace hpctrain::train {
 namespace {
@@ -102,10 +103,42 @@ void RunLog::record(nlohmann::ordered_json object) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   metrics_ << object.dump() << '\n';
   metrics_.flush();
+  if (tensorboard_ && object.contains("step") && object["step"].is_number_integer()) {
+    tensorboard_->add_scalars(object["step"].get<std::int64_t>(), tensorboard_scalars(object));
+  }
+}
+
+void RunLog::enable_tensorboard(const std::string& dir) {
+  if (!active_) return;
+  tensorboard_ = std::make_unique<runtime::TensorBoardWriter>(dir);
+  log::debug(str("TensorBoard events: ", tensorboard_->path()));
+}
+
+namespace {
+void add_numbers(const std::string& prefix, const nlohmann::ordered_json& object,
+                 std::vector<std::pair<std::string, double>>& out) {
+  for (const auto& [key, value] : object.items()) {
+    if (key == "type" || key == "step" || key == "epoch" || key == "time") continue;
+    if (value.is_number()) {
+      out.emplace_back(prefix + key, value.get<double>());
+    } else if (value.is_object()) {
+      add_numbers(prefix + key + "/", value, out);
+    }
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(
+    const nlohmann::ordered_json& record) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::string type = record.value("type", "");
+  if (type == "train" || type == "eval" || type == "checkpoint")
+    add_numbers(type + "/", record, out);
+  return out;
 }
 
 void RunLog::live(std::int64_t step, std::int64_t epoch, double loss, double lr,
-                  double samples_per_s) {
+                  double samples_per_s, std::int64_t memory_bytes) {
   if (!active_ || !live_ || off_) return;
   auto now = std::chrono::steady_clock::now();
   if (live_shown_ && now - last_live_ < std::chrono::milliseconds(200) && step < total_steps_)
@@ -113,10 +146,13 @@ void RunLog::live(std::int64_t step, std::int64_t epoch, double loss, double lr,
   last_live_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double eta = step > 0 ? elapsed / step * static_cast<double>(total_steps_ - step) : 0;
+  const std::string memory =
+      memory_bytes > 0 ? str(" | mem ", format_bytes(static_cast<double>(memory_bytes))) : "";
   std::printf(
-      "\r\033[K step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %.0f samples/s | ETA %s",
+      "\r\033[K step %lld/%lld | epoch %lld | loss %.4f | lr %.2e | %.0f samples/s%s | ETA %s",
       static_cast<long long>(step), static_cast<long long>(total_steps_),
-      static_cast<long long>(epoch), loss, lr, samples_per_s, format_seconds(eta).c_str());
+      static_cast<long long>(epoch), loss, lr, samples_per_s, memory.c_str(),
+      format_seconds(eta).c_str());
   std::fflush(stdout);
   live_shown_ = true;
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -114,6 +115,33 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
                                                      {"live", ProgressMode::kLive},
                                                      {"plain", ProgressMode::kPlain},
                                                      {"off", ProgressMode::kOff}});
+    c.logging.tensorboard = s.get<bool>("tensorboard", c.logging.tensorboard);
+    c.logging.trace_max_mb = s.get<double>("trace_max_mb", c.logging.trace_max_mb);
+    const std::string peak = s.get<std::string>("peak_flops", "");
+    if (!peak.empty()) c.logging.peak_flops = plan::parse_peak_flops(peak, "logging.peak_flops");
+    if (!(c.logging.trace_max_mb > 0)) s.fail("trace_max_mb", "must be more than 0 (MiB)");
+    if (s.has("trace")) {
+      auto t = s.section("trace");
+      c.logging.trace.start_step = t.get<std::int64_t>("start_step", c.logging.trace.start_step);
+      c.logging.trace.steps = t.get<std::int64_t>("steps", c.logging.trace.steps);
+      if (c.logging.trace.start_step < 1) {
+        t.fail("start_step", "must be at least 1 (step 1 is the first step)");
+      }
+      if (c.logging.trace.steps < 0) t.fail("steps", "must be 0 (off) or more");
+    }
+    if (s.has("profile")) {
+      auto t = s.section("profile");
+      c.logging.profile.start_step =
+          t.get<std::int64_t>("start_step", c.logging.profile.start_step);
+      c.logging.profile.steps = t.get<std::int64_t>("steps", c.logging.profile.steps);
+      c.logging.profile_warmup = t.get<std::int64_t>("warmup", c.logging.profile_warmup);
+      if (c.logging.profile.steps < 0) t.fail("steps", "must be 0 (off) or more");
+      if (c.logging.profile_warmup < 0) t.fail("warmup", "must be 0 or more");
+      if (c.logging.profile.start_step - c.logging.profile_warmup < 1) {
+        t.fail("start_step", str("must be more than warmup (", c.logging.profile_warmup,
+                                 "): the warmup steps run before it, from step 1 on"));
+      }
+    }
     if (c.logging.every_steps < 1) s.fail("every_steps", "must be at least 1");
   }
   {
@@ -123,6 +151,8 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.stop_step = s.get<std::int64_t>("stop_step", c.debug.stop_step);
     c.debug.stop_rank = s.get<int>("stop_rank", c.debug.stop_rank);
     c.debug.stop_eval_step = s.get<std::int64_t>("stop_eval_step", c.debug.stop_eval_step);
+    c.debug.extra_memory_mb = s.get<std::int64_t>("extra_memory_mb", c.debug.extra_memory_mb);
+    if (c.debug.extra_memory_mb < 0) s.fail("extra_memory_mb", "must be 0 or more");
     c.debug.overflow_step = s.get<std::int64_t>("overflow_step", c.debug.overflow_step);
     c.debug.overflow_rank = s.get<int>("overflow_rank", c.debug.overflow_rank);
   }

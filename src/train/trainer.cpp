@@ -27,16 +27,20 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
 #include "input_checks.hpp"
+#include "profile_session.hpp"
 #include "run_files.hpp"
 #include "run_report.hpp"
+#include "trace_session.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
 
@@ -134,6 +138,8 @@ struct Trainer::Impl {
   std::string resumed_from;              // checkpoint directory, if the run resumed
   std::optional<double> metric_at_step;  // eval metric of the current step, if evaluated
   std::int64_t metric_step = -1;
+  std::unique_ptr<runtime::ResourceMonitor> monitor;
+  std::vector<char> debug_memory;  // debug.extra_memory_mb, held while training
 
   Impl(comm::Environment e) : env(std::move(e)) {}
   void resume(const std::string& resume);
@@ -297,6 +303,7 @@ void Trainer::Impl::resume(const std::string& resume) {
 
 void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   const auto start = Clock::now();
+  runtime::trace::Scope traced(0, "checkpoint save", step);
   checkpoint::SaveContent content;
   content.step = step;
   content.epoch = state.sampler.epoch;
@@ -349,6 +356,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.precision = precision_name(cfg.run.precision);
   facts.skipped_steps = state.skipped_steps;
   facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
+  facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;
   return facts;
 }
 
@@ -369,6 +377,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
 bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log,
                              TrainOutcome& outcome) {
   const auto eval_start = Clock::now();
+  runtime::trace::Scope traced(0, "eval", step);
   if (cfg.debug.stop_eval_step == step &&
       (cfg.debug.stop_rank < 0 || cfg.debug.stop_rank == env.runtime.world_rank())) {
     runtime::request_stop(SIGUSR1);  // tests: as if the signal arrived as this evaluation starts
@@ -434,6 +443,19 @@ TrainOutcome Trainer::run() {
     return TrainOutcome{m.state.step, "already complete", 0};
   }
   report.clear_completion();  // more steps to come
+  if (cfg.logging.tensorboard) log.enable_tensorboard(cfg.run.dir + "/tensorboard");
+  m.monitor = std::make_unique<runtime::ResourceMonitor>(m.env.device.cuda_index);
+  // Tests: a known amount of touched memory, so the recorded peak must rise by that much.
+  m.debug_memory.assign(static_cast<std::size_t>(cfg.debug.extra_memory_mb) << 20, 1);
+  m.monitor->sample();
+  TraceSession tracer(
+      cfg.logging.trace, cfg.logging.trace_max_mb,
+      trace_slices_per_step(cfg.optim.grad_accumulation,
+                            static_cast<std::int64_t>(m.sync->bucket_sizes().size()),
+                            grid.tp_size() > 1 ? 64 * cfg.optim.grad_accumulation : 0),
+      cfg.run.dir, *m.env.control.world);
+  ProfileSession profiler(cfg.logging.profile, cfg.logging.profile_warmup, cfg.run.dir,
+                          m.env.runtime.world_rank());
 
   const std::int64_t first_step = m.state.step;
   data::TrainLoader loader(
@@ -471,15 +493,21 @@ TrainOutcome Trainer::run() {
   // counted with the next step: training time is the loop's time less evaluations and saves.
   double carried = 0;
   while (m.state.step < m.total_steps && !stop) {
+    tracer.before_step(m.state.step + 1);
+    profiler.before_step(m.state.step + 1);
     const auto step_start = Clock::now();
     const double wait_before = loader.wait_seconds();
     if (!loader.next_step(micro)) {
       throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
     }
+    if (runtime::trace::on()) runtime::trace::record(0, "data wait", step_start, Clock::now());
     const double waited = loader.wait_seconds() - wait_before;
     m.phases.data_wait += waited;
     interval.data_wait += waited;
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
+    if (runtime::trace::on()) {
+      runtime::trace::record(0, "step", step_start, Clock::now(), m.state.step + 1);
+    }
     m.state.sampler = loader.state();
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;
@@ -490,9 +518,14 @@ TrainOutcome Trainer::run() {
     double excluded = 0;  // evaluation and checkpoint saves of this iteration
 
     const std::int64_t step = m.state.step;
-    log.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second());
+    log.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second(),
+             m.monitor->last().rss_bytes);
     if (step % cfg.logging.every_steps == 0 || step == m.total_steps) {
-      log_interval(interval, step, m.state.sampler.epoch, *m.env.control.dp, log);
+      auto extra = throughput_fields(
+          interval.samples_per_second(), m.model->forward_flops_per_sample(),
+          m.ledger_facts(0).tokens_per_sample, grid.world_size(), cfg.logging.peak_flops);
+      extra["resources"] = resource_fields(m.monitor->sample(), *m.env.control.world);
+      log_interval(interval, step, m.state.sampler.epoch, *m.env.control.dp, log, extra);
       interval = IntervalStats{};
     }
     if (m.evals->due(step, m.total_steps)) {
@@ -539,7 +572,11 @@ TrainOutcome Trainer::run() {
       excluded += seconds_since(save_start);
     }
     carried = std::max(0.0, seconds_since(after_step) - excluded);
+    tracer.after_step(step, *m.env.control.world, [&m] { m.ckpt->wait(); });
+    profiler.after_step(step);
   }
+  tracer.finish(*m.env.control.world);
+  profiler.finish();
   {
     const auto start = Clock::now();
     m.ckpt->wait();  // the last save is committed before the job reports its outcome

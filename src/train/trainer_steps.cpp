@@ -14,8 +14,10 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
@@ -77,9 +79,14 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   const bool inject_nan =
       p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
   p_.model.train();
+  namespace trace = runtime::trace;
   for (int k = 0; k < k_total; ++k) {
-    auto inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
-    auto targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
+    torch::Tensor inputs, targets;
+    {
+      trace::Scope traced(0, "input copy");
+      inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
+      targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
+    }
     auto t0 = Clock::now();
     model::LossOutput out;
     {
@@ -96,12 +103,14 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
     device_sync();
     phases.forward += since(t0);
+    if (trace::on()) trace::record(0, "forward", t0, Clock::now());
 
     auto t1 = Clock::now();
     p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
     loss.backward();
     device_sync();
     phases.backward += since(t1);
+    if (trace::on()) trace::record(0, "backward", t1, Clock::now());
     r.loss_sum += out.loss_sum;
     r.correct += static_cast<double>(out.correct);
     r.count += static_cast<double>(out.count);
@@ -109,11 +118,18 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
 
   // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
-  r.comm_wait = p_.finalizer.finalize();
+  {
+    trace::Scope traced(0, "gradient sync");  // the communication backward did not hide
+    r.comm_wait = p_.finalizer.finalize();
+  }
   phases.comm_wait += r.comm_wait;
 
   // A checkpoint's deferred copy must finish before anything below may change the parameters.
-  if (p_.before_update) phases.checkpoint += p_.before_update();
+  if (p_.before_update) {
+    trace::Scope traced(0, "checkpoint copy wait");
+    phases.checkpoint += p_.before_update();
+  }
+  trace::Scope optimizer_slice(0, "optimizer");
   auto t2 = Clock::now();
   if (p_.scaler.enabled()) p_.flat.grads().mul_(1.0 / scale);  // exact: a power of two
   if (p_.cfg.debug.overflow_step == step &&
@@ -185,8 +201,40 @@ void IntervalStats::add(const StepResult& r, std::int64_t global_batch, double s
   loss_scale = r.loss_scale;
 }
 
+nlohmann::ordered_json throughput_fields(double samples_per_s, double forward_flops_per_sample,
+                                         std::int64_t tokens_per_sample, int world_size,
+                                         double peak_flops_per_device) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  if (tokens_per_sample > 1)
+    j["tokens_per_s"] = samples_per_s * static_cast<double>(tokens_per_sample);
+  const double flops = 3.0 * forward_flops_per_sample * samples_per_s;
+  j["model_flops_per_s"] = flops;
+  if (peak_flops_per_device > 0) j["mfu"] = flops / world_size / peak_flops_per_device;
+  return j;
+}
+
+nlohmann::ordered_json resource_fields(const runtime::ResourceSample& mine,
+                                       comm::ControlPlane& world) {
+  const std::vector<double> values{mine.cpu_percent, static_cast<double>(mine.rss_bytes),
+                                   static_cast<double>(mine.peak_rss_bytes),
+                                   mine.device_util_percent,
+                                   static_cast<double>(mine.device_memory_bytes)};
+  std::vector<double> lo = values, hi = values, sum = values;
+  world.reduce(lo, comm::ReduceOp::kMin);
+  world.reduce(hi, comm::ReduceOp::kMax);
+  world.reduce(sum, comm::ReduceOp::kSum);
+  const char* names[] = {"cpu_percent", "rss_bytes", "peak_rss_bytes", "device_util_percent",
+                         "device_memory_bytes"};
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (i >= 3 && lo[i] < 0) continue;  // a device field some rank could not measure
+    j[names[i]] = {{"min", lo[i]}, {"mean", sum[i] / world.size()}, {"max", hi[i]}};
+  }
+  return j;
+}
+
 void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm::ControlPlane& dp,
-                  RunLog& runlog) {
+                  RunLog& runlog, const nlohmann::ordered_json& extra) {
   std::vector<double> s{in.loss_sum, in.correct, in.count};
   dp.reduce(s, comm::ReduceOp::kSum);
   const double seconds = in.seconds;
@@ -207,6 +255,7 @@ void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm
     j["loss_scale"] = in.loss_scale;
     j["skipped_steps"] = in.skipped;
   }
+  for (const auto& [key, value] : extra.items()) j[key] = value;
   runlog.record(j);
   if (!runlog.is_live()) {
     char line[256];

@@ -14,6 +14,9 @@
 #include "hpctrain/train/progress.hpp"
 #include "hpctrain/train/trainer.hpp"
 
+namespace hpctrain::runtime {
+struct ResourceSample;
+}
 namespace hpctrain::model {
 class Model;
 }
@@ -96,10 +99,24 @@ struct IntervalStats {
   double samples_per_second() const { return seconds > 0 ? samples / seconds : 0; }
 };
 
-/// Reduces the interval over the dp group and writes a train record and (plain mode) a line.
-/// Collective over the dp group.
+/// Reduces the interval over the dp group and writes a train record, with the fields of `extra`
+/// added (resources), and (plain mode) a line. Collective over the dp group.
 void log_interval(IntervalStats& interval, std::int64_t step, std::int64_t epoch,
-                  comm::ControlPlane& dp, RunLog& runlog);
+                  comm::ControlPlane& dp, RunLog& runlog,
+                  const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
+
+/// Throughput fields of a train record besides samples/s: "tokens_per_s" (language models),
+/// "model_flops_per_s" (training FLOPs per second over the whole job: 3 x forward FLOPs per
+/// sample x samples/s) and, with a peak per device, "mfu" (that per rank over the peak). Local.
+nlohmann::ordered_json throughput_fields(double samples_per_s, double forward_flops_per_sample,
+                                         std::int64_t tokens_per_sample, int world_size,
+                                         double peak_flops_per_device);
+
+/// The "resources" field of a train record: min, mean and max over the world of each rank's CPU
+/// utilisation (percent of one core), resident memory and its peak, and, where measured on every
+/// rank, device utilisation and memory. Collective over `world`.
+nlohmann::ordered_json resource_fields(const runtime::ResourceSample& mine,
+                                       comm::ControlPlane& world);
 
 /// "eval at step 400: loss 0.3312, accuracy 0.8812 (10000 samples, 2.1 s, 4700 samples/s)".
 std::string eval_line(const eval::EvalResult& r, std::int64_t step);

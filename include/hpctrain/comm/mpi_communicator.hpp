@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -61,6 +62,10 @@ class MpiCommunicator final : public Communicator {
   bool busy_ = false;
   bool stopping_ = false;
   std::thread worker_;
+  // logging.trace: this communicator's lane ("comm <name>"), and the end of its last collective
+  // (collectives run one after another, so a queued one starts when the previous one ended).
+  int trace_lane_ = 0;
+  std::chrono::steady_clock::time_point last_end_{};
 };
 
 /// MPI datatype carrying one element of `dtype`; throws CommError for unsupported dtypes. Local.

@@ -23,4 +23,11 @@ class AgreedCheckpointError : public CheckpointError, public Agreed {
   explicit AgreedCheckpointError(const std::string& message) : CheckpointError(message) {}
 };
 
+/// A ConfigError (exit 2) that every rank raised at once from the same config and world (a trace
+/// window over its size bound). Local to throw; see Agreed.
+class AgreedConfigError : public ConfigError, public Agreed {
+ public:
+  explicit AgreedConfigError(const std::string& message) : ConfigError(message) {}
+};
+
 }  // namespace hpctrain

@@ -48,10 +48,12 @@ struct LedgerFacts {
   std::string precision = "fp32";  ///< run.precision
   std::int64_t skipped_steps = 0;  ///< steps of the run skipped for non-finite gradients
   double loss_scale = 0;           ///< the loss scale at the end (0: no loss scaling)
+  std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor
 };
 
-/// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak
-/// resident memory. Collective over `world`; the returned JSON is complete on every rank.
+/// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks, and each
+/// rank's own in "rank_seconds_per_rank") and peak resident (and device) memory. Collective over
+/// `world`; the returned JSON is complete on every rank.
 nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts& facts,
                                     comm::ControlPlane& world);
 

@@ -6,8 +6,15 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
+
+namespace hpctrain::runtime {
+class TensorBoardWriter;
+}
 
 namespace hpctrain::train {
 
@@ -27,10 +34,17 @@ class RunLog {
          std::int64_t resume_step);
   ~RunLog();
 
-  /// Appends one object to metrics.jsonl (adds "time", seconds since the epoch). Local.
+  /// Appends one object to metrics.jsonl (adds "time", seconds since the epoch), and with
+  /// TensorBoard enabled writes its numbers as scalars (tensorboard_scalars). Local.
   void record(nlohmann::ordered_json object);
-  /// Updates the live line (terminal only; at most 5 times a second). Local.
-  void live(std::int64_t step, std::int64_t epoch, double loss, double lr, double samples_per_s);
+  /// From now on, mirrors the numbers of every train, eval and checkpoint record into a
+  /// TensorBoard event file in `dir`. Throws Error naming the file when it cannot be created.
+  /// Local (only the active rank writes).
+  void enable_tensorboard(const std::string& dir);
+  /// Updates the live line (terminal only; at most 5 times a second); `memory_bytes` > 0 is
+  /// shown as this rank's resident memory. Local.
+  void live(std::int64_t step, std::int64_t epoch, double loss, double lr, double samples_per_s,
+            std::int64_t memory_bytes = 0);
   /// Prints a permanent line (clearing the live line first). Local.
   void line(const std::string& text);
   /// Whether the live line is in use. Local.
@@ -43,8 +57,15 @@ class RunLog {
   bool live_shown_ = false;
   std::int64_t total_steps_;
   std::ofstream metrics_;
+  std::unique_ptr<runtime::TensorBoardWriter> tensorboard_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_live_;
 };
+
+/// The TensorBoard scalars of a metrics.jsonl record: "<type>/<key>" for every number of a
+/// train, eval or checkpoint record (nested objects add "/<key>" per level), without step,
+/// epoch and time; none for other records. Local.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(
+    const nlohmann::ordered_json& record);
 
 }  // namespace hpctrain::train

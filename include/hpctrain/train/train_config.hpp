@@ -41,9 +41,30 @@ struct RunSection {
   double time_margin_s = 60;  ///< run.time_margin_s: safety margin added to the measured save time
 };
 
+/// A window of steps (logging.trace, logging.profile): steps start_step .. start_step+steps-1,
+/// numbered as metrics.jsonl numbers them (step 1 is the first). steps 0: off.
+struct StepWindow {
+  std::int64_t start_step = 1;
+  std::int64_t steps = 0;
+  bool contains(std::int64_t step) const {
+    return steps > 0 && step >= start_step && step < start_step + steps;
+  }
+};
+
 struct LoggingSection {
   std::int64_t every_steps = 10;
   ProgressMode progress = ProgressMode::kAuto;  ///< logging.progress: auto | live | plain | off
+  /// logging.tensorboard: rank 0 mirrors metrics.jsonl into RUN_DIR/tensorboard/events.out.*
+  bool tensorboard = false;
+  StepWindow trace;          ///< logging.trace: {start_step, steps}: RUN_DIR/trace.json
+  double trace_max_mb = 64;  ///< logging.trace_max_mb: a larger estimated trace is refused
+  /// logging.profile: {start_step, steps, warmup}: LibTorch's operator profiler for those steps
+  /// into RUN_DIR/profile/rank_<r>.json; `warmup` steps before them run profiled, discarded.
+  StepWindow profile;
+  std::int64_t profile_warmup = 1;
+  /// logging.peak_flops: per-device peak FLOP/s (a number or a preset of `hpctrain plan`); when
+  /// set, train records carry "mfu" (model FLOPs per second per rank over the peak). 0: unset.
+  double peak_flops = 0;
 };
 
 struct DebugSection {
@@ -54,6 +75,7 @@ struct DebugSection {
   std::int64_t stop_eval_step = -1;  ///< request a stop when the evaluation of this step starts
   std::int64_t overflow_step = -1;   ///< make this step's gradients infinite after their
   int overflow_rank = 0;             ///< all-reduce, on this world rank only (loss-scaling tests)
+  std::int64_t extra_memory_mb = 0;  ///< hold this many MiB of touched memory during training
 };
 
 /// A training run's configuration, parsed once. Each layer owns its section's struct, defaults

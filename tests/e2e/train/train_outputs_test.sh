@@ -79,7 +79,7 @@ PY
 # terminal (logging.progress auto under a pseudo-terminal from script(1)), alone and under mpirun.
 if grep -q $'\r' "$TMP/np2.txt"; then fail "a live progress line in output that is not a terminal"; fi
 expect_grep "^\[hpctrain\] step 60 \| epoch 0 \| loss" "$TMP/np2.txt"
-live=$'\r\033\\[K step 60/60 \\| epoch 0 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| [0-9]+ samples/s \\| ETA'
+live=$'\r\033\\[K step 60/60 \\| epoch 0 \\| loss [0-9.]+ \\| lr [0-9.e+-]+ \\| [0-9]+ samples/s \\| mem [0-9.]+ [KMG]iB \\| ETA'
 printf -v cmd '%q ' "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/tty" \
   --set logging.progress=auto
 expect_exit 0 "$TMP/tty.txt" script -qefc "$cmd" /dev/null

@@ -1,0 +1,54 @@
+// hpctrain bench trace: what one recording point of logging.trace costs, with the window closed
+// (tracing off: the check every phase of every step pays) and open (a slice recorded), so the
+// overhead per step is slices per step x these costs (docs/BENCHMARKS.md).
+
+#include <chrono>
+#include <cstdio>
+
+#include "command.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/trace.hpp"
+
+namespace hpctrain::cli {
+namespace {
+
+struct BenchTraceArgs {
+  long long iterations = 2000000;
+};
+BenchTraceArgs g_bench_trace;
+
+// Nanoseconds per scope over `n` scopes.
+double time_scopes(long long n) {
+  const auto start = std::chrono::steady_clock::now();
+  for (long long i = 0; i < n; ++i) {
+    runtime::trace::Scope scope(0, "bench", i);
+  }
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+             .count() /
+         static_cast<double>(n);
+}
+
+int run_bench_trace(CommandContext& ctx) {
+  if (ctx.runtime.world_rank() != 0) return 0;
+  const long long n = g_bench_trace.iterations;
+  const double off = time_scopes(n);
+  runtime::trace::open();
+  const double on = time_scopes(n / 10);  // the window keeps every slice: fewer of them
+  const auto kept = runtime::trace::close().size();
+  std::printf("trace recording point, window closed: %.2f ns per scope (%lld scopes)\n", off, n);
+  std::printf("trace recording point, window open:   %.1f ns per slice (%zu slices recorded)\n", on,
+              kept);
+  return 0;
+}
+
+CommandRegistration reg(
+    "bench trace", "Cost of one logging.trace recording point, tracing off and on",
+    [](CLI::App& app) {
+      app.add_option("--iterations", g_bench_trace.iterations, "Scopes timed with tracing off")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+    },
+    run_bench_trace);
+
+}  // namespace
+}  // namespace hpctrain::cli

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# logging.trace: trace.json is valid Trace Event Format with every rank (a process each, named
+# with its host) and lane (a thread each), strictly nested slices per lane; with
+# parallel.overlap true some bucket all-reduce overlaps backward, with false none does; `hpctrain
+# trace summary` adds up to the step time and matches the slices; a window over the size bound
+# is refused at start with the estimate.
+source "$(dirname "$0")/../lib.sh"
+data=$HPCTRAIN_TEST_DATA/fashion-mnist
+common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
+  --set "data.val=$data/test.h5" --set run.max_steps=12 --set "model.hidden=[256,128]"
+  --set parallel.bucket_mb=0 --set logging.trace.start_step=5 --set logging.trace.steps=3
+  --set eval.every_steps=6 --set checkpoint.every_steps=6 --set data.batch_size=16)
+
+for overlap in true false; do
+  expect_exit 0 "$TMP/train-$overlap.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+    --set "run.dir=$TMP/$overlap" --set parallel.overlap=$overlap
+  expect_grep "trace of steps 5..7 written" "$TMP/train-$overlap.txt"
+  expect_exit 0 "$TMP/summary-$overlap.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/$overlap" --json
+  expect_exit 0 "$TMP/summary-$overlap.txt" "$HPCTRAIN_BIN" -q trace summary "$TMP/$overlap"
+  expect_grep "step 6: slowest rank [01]" "$TMP/summary-$overlap.txt"
+  $PY - "$TMP/$overlap/trace.json" "$TMP/summary-$overlap.json" "$overlap" <<'PY' ||
+import json, sys
+from collections import defaultdict
+trace = json.load(open(sys.argv[1]))
+summary = json.load(open(sys.argv[2]))
+overlap = sys.argv[3] == "true"
+events = trace["traceEvents"]
+procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+assert sorted(procs) == [0, 1] and all("(" in n for n in procs.values()), procs
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+         if e["ph"] == "M" and e["name"] == "thread_name"}
+for pid in (0, 1):
+    names = {n for (p, _), n in lanes.items() if p == pid}
+    assert {"main", "comm dp", "checkpoint writer"} <= names, (pid, names)
+slices = defaultdict(list)
+for e in events:
+    if e["ph"] == "X":
+        assert (e["pid"], e["tid"]) in lanes, e
+        slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"], e.get("args", {})))
+# Strict nesting per lane: a slice starting inside another ends inside it.
+for key, ss in slices.items():
+    ss.sort(key=lambda s: (s[0], -s[1]))
+    stack = []
+    for s in ss:
+        while stack and stack[-1][1] <= s[0] + 1e-3:
+            stack.pop()
+        if stack:
+            assert s[1] <= stack[-1][1] + 1e-3, ("not nested", lanes[key], stack[-1], s)
+        stack.append(s)
+for pid in (0, 1):
+    main = slices[(pid, [t for (p, t), n in lanes.items() if p == pid and n == "main"][0])]
+    steps = sorted(s[3]["step"] for s in main if s[2] == "step")
+    assert steps == [5, 6, 7], steps
+    names = {s[2] for s in main}
+    assert {"data wait", "input copy", "forward", "backward", "gradient sync", "optimizer", "eval",
+            "checkpoint save"} <= names, names
+    writer = [s for (p, t), n in lanes.items() if p == pid and n == "checkpoint writer"
+              for s in slices[(p, t)]]
+    # Data-parallel rank 0 holds what is saved and copies it; every rank takes part in the write.
+    want = {"checkpoint copy", "checkpoint write"} if pid == 0 else {"checkpoint write"}
+    assert want <= {s[2] for s in writer}, writer
+    comm = [s for (p, t), n in lanes.items() if p == pid and n == "comm dp" for s in slices[(p, t)]]
+    reduces = [s for s in comm if s[2] == "all_reduce"]
+    assert len(reduces) >= 3 * 6, len(reduces)  # 6 parameter buckets per step
+    backward = [s for s in main if s[2] == "backward"]
+    hidden = sum(max(0, min(a[1], b[1]) - max(a[0], b[0])) for a in reduces for b in backward)
+    if overlap:
+        assert hidden > 0, "no all-reduce overlaps backward with parallel.overlap true"
+    else:
+        assert hidden == 0, ("all-reduce overlaps backward with parallel.overlap false", hidden)
+# The summary adds up and agrees with the slices.
+rows = summary["rows"]
+assert sorted((r["step"], r["rank"]) for r in rows) == [(s, r) for s in (5, 6, 7) for r in (0, 1)], rows
+for r in rows:
+    parts = r["compute_ms"] + r["exposed_ms"] + r["data_wait_ms"] + r["other_ms"]
+    assert abs(parts - r["step_ms"]) < 1e-6, r
+    assert r["other_ms"] >= -1e-6 and r["hidden_ms"] <= r["comm_ms"] + 1e-9, r
+    main_tid = [t for (p, t), n in lanes.items() if p == r["rank"] and n == "main"][0]
+    main = slices[(r["rank"], main_tid)]
+    step = [s for s in main if s[2] == "step" and s[3]["step"] == r["step"]][0]
+    inside = [s for s in main if s[0] >= step[0] and s[1] <= step[1]]
+    compute = sum(s[1] - s[0] for s in inside if s[2] in ("input copy", "forward", "backward", "optimizer"))
+    assert abs(compute / 1000 - r["compute_ms"]) < 1e-6, (compute, r)
+    assert abs((step[1] - step[0]) / 1000 - r["step_ms"]) < 1e-6, r
+if overlap:
+    assert any(r["hidden_ms"] > 0 for r in rows), rows
+else:
+    assert all(r["hidden_ms"] == 0 for r in rows), rows
+strag = summary["stragglers"]
+assert [s["step"] for s in strag] == [5, 6, 7], strag
+for s in strag:
+    mine = [r for r in rows if r["step"] == s["step"]]
+    assert s["step_ms"] == max(r["step_ms"] for r in mine), (s, mine)
+print("trace checks passed, overlap", overlap)
+PY
+    fail "trace of the run with parallel.overlap=$overlap"
+done
+
+# logging.profile: LibTorch's operator profiler for steps 3..4 (step 2 its discarded warmup), per
+# rank; no timeline asked for, so no trace.json.
+expect_exit 0 "$TMP/train-profile.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/profile" --set logging.trace.steps=0 --set logging.profile.start_step=3 \
+  --set logging.profile.steps=2 --set logging.profile.warmup=1 --set run.max_steps=6
+expect_grep "operator profile of steps 3..4 written to .*/profile/rank_0.json" "$TMP/train-profile.txt"
+[[ -e $TMP/profile/trace.json ]] && fail "trace.json written without logging.trace"
+$PY - "$TMP/profile/profile" <<'PY' || fail "operator profiles"
+import json, sys
+for rank in (0, 1):
+    events = json.load(open(f"{sys.argv[1]}/rank_{rank}.json"))
+    if isinstance(events, dict):
+        events = events["traceEvents"]
+    names = {e.get("name", "") for e in events}
+    assert any(n.startswith("aten::") for n in names), sorted(names)[:20]
+    # Two steps of MLP 784-256-128-10: three linear layers forward (addmm), their backward (mm).
+    assert sum(1 for e in events if e.get("name") == "aten::addmm" and e.get("ph") in ("X", "B")) >= 6, rank
+PY
+
+# Over the size bound: refused at start, naming the estimate and the key.
+expect_exit 2 "$TMP/too-big.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/too-big" --set logging.trace.steps=100000000
+expect_grep "logging.trace: 100000000 steps x 2 ranks .* more than logging.trace_max_mb = 64" \
+  "$TMP/too-big.txt"
+[[ -e $TMP/too-big/trace.json ]] && fail "a refused trace was written"
+# No trace: the summary says how to make one.
+expect_exit 2 "$TMP/no-trace.txt" "$HPCTRAIN_BIN" trace summary "$TMP/too-big"
+expect_grep "trace.json not found: trace a run with logging.trace" "$TMP/no-trace.txt"
+finish
