@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
+#include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
@@ -487,6 +488,20 @@ TrainOutcome Trainer::run() {
     }
   }
 
+  // One checkpoint record per committed save, once its outcome is known on every rank.
+  std::string recorded_checkpoint;
+  auto record_checkpoint = [&] {
+    const std::string& path = m.ckpt->last_saved_path();
+    if (path.empty() || path == recorded_checkpoint) return;
+    recorded_checkpoint = path;
+    log.record({{"type", "checkpoint"},
+                {"step", checkpoint::parse_step_dir_name(std::filesystem::path(path).filename())
+                             .value_or(m.saves->last_saved_step())},
+                {"path", path},
+                {"bytes", m.ckpt->last_save_bytes()},
+                {"save_seconds", m.ckpt->last_save_seconds()},
+                {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
+  };
   IntervalStats interval;
   std::vector<data::Batch> micro;
   // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
@@ -551,7 +566,10 @@ TrainOutcome Trainer::run() {
     const comm::StopRequest agreed = stop_agreement.agree(local);
     // A background save that every rank has finished writing: collect its outcome now (no
     // waiting), so a failed save (disk full) ends the run at once, not at the next save.
-    if (agreed.save_finished()) m.ckpt->wait();
+    if (agreed.save_finished()) {
+      m.ckpt->wait();
+      record_checkpoint();
+    }
     bool requeue = false;
     if (stop_agreement.signal() != 0) {
       outcome.reason =
@@ -568,7 +586,12 @@ TrainOutcome Trainer::run() {
     const auto why = m.saves->reason(step, stop || step == m.total_steps, requeue, agreed.save_due);
     if (why != checkpoint::SaveReason::kNone) {
       const auto save_start = Clock::now();
+      if (m.ckpt->has_pending()) {  // save() would wait for it first anyway
+        m.ckpt->wait();
+        record_checkpoint();
+      }
       m.save(step, why);
+      if (!m.ckpt->has_pending()) record_checkpoint();  // a synchronous save is committed
       excluded += seconds_since(save_start);
     }
     carried = std::max(0.0, seconds_since(after_step) - excluded);
@@ -581,14 +604,7 @@ TrainOutcome Trainer::run() {
     const auto start = Clock::now();
     m.ckpt->wait();  // the last save is committed before the job reports its outcome
     m.phases.checkpoint += seconds_since(start);
-    if (!m.ckpt->last_saved_path().empty()) {
-      log.record({{"type", "checkpoint"},
-                  {"step", m.saves->last_saved_step()},
-                  {"path", m.ckpt->last_saved_path()},
-                  {"bytes", m.ckpt->last_save_bytes()},
-                  {"save_seconds", m.ckpt->last_save_seconds()},
-                  {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
-    }
+    record_checkpoint();
   }
   m.phases.total_wall = seconds_since(m.started);
   outcome.steps = m.state.step;
