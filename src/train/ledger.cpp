@@ -69,6 +69,13 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   j["cost_ratio_train_to_eval"] = {
       {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
   j["peak_rss_bytes_per_rank"] = peaks;
+  // Every rank of a dp group holds the same amounts; rank 0's stand for its group.
+  j["memory_per_rank"] = {{"parameter_bytes", f.parameter_bytes},
+                          {"gradient_bytes", f.gradient_bytes},
+                          {"optimizer_state_bytes", f.optimizer_state_bytes},
+                          {"activation_bytes_estimate", f.activation_bytes_estimate},
+                          {"shard_optimizer", f.shard_optimizer},
+                          {"recompute", f.recompute}};
   return j;
 }
 

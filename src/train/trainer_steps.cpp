@@ -7,6 +7,7 @@
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
@@ -43,6 +44,13 @@ void StepRunner::device_sync() {
 double StepRunner::global_grad_norm() {
   torch::NoGradGuard no_grad;
   auto& tp = *p_.env.control.tp;
+  if (p_.shards) {
+    // Each dp rank holds the averaged gradient of its shards only: partial sums over the dp
+    // group (host doubles on the control plane), then over the tp group as below.
+    double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
+    sq = p_.env.control.dp->sum(sq);
+    return std::sqrt(std::max(0.0, tp.size() == 1 ? sq : tp.sum(sq)));
+  }
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
   if (tp.size() == 1) return std::sqrt(sq);
   // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
@@ -52,6 +60,20 @@ double StepRunner::global_grad_norm() {
     sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
   }
   return std::sqrt(std::max(0.0, tp.sum(sq)));
+}
+
+void StepRunner::scale_grads(double factor) {
+  torch::NoGradGuard no_grad;
+  if (p_.shards) {
+    p_.shards->scale_owned_grads(factor);
+  } else {
+    p_.flat.grads().mul_(factor);
+  }
+}
+
+void StepRunner::update(double lr) {
+  p_.optimizer.step(lr);
+  if (p_.shards) p_.shards->all_gather_parameters();
 }
 
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
@@ -118,9 +140,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     return r;
   }
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
-    p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
+    scale_grads(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   }
-  p_.optimizer.step(r.lr);
+  update(r.lr);
   p_.flat.zero_grads();
   device_sync();
   phases.optimizer += since(t2);

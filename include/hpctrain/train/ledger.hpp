@@ -45,6 +45,14 @@ struct LedgerFacts {
   int tp = 1;
   int threads_per_rank = 1;
   std::string device;
+  /// Bytes this rank holds for training state (flat buffers, padding included) and the
+  /// activations of one micro-batch as docs/PLAN.md estimates them (gpt only; 0 otherwise).
+  std::int64_t parameter_bytes = 0;
+  std::int64_t gradient_bytes = 0;
+  std::int64_t optimizer_state_bytes = 0;
+  double activation_bytes_estimate = 0;
+  bool shard_optimizer = false;
+  std::string recompute = "none";
 };
 
 /// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks) and peak
