@@ -166,7 +166,7 @@ void check_case(const Case& c) {
   dist.set(str("parallel.tp=", c.tp));
   dist.set(str("data.batch_size=", kBatchPerRank));
   dist.set(str("optim.grad_accumulation=", c.accumulation));
-  dist.set(str("parallel.shard_optimizer=", c.shard_optimizer));
+  dist.set(str("parallel.shard_optimizer=", c.shard_optimizer ? "true" : "false"));
   dist.set(str("model.recompute=", c.recompute));
   Params distributed = train_on(MPI_COMM_WORLD, c.tp, dist, what);
 

@@ -177,7 +177,9 @@ TEST(ShardedCheckpoint, StopWhileShardedResumesExactlySharedOrNot) {
     EXPECT_NE(stopped.outcome.exit_code, 0);
     TrainResult resumed = train_on(
         MPI_COMM_WORLD,
-        make_config(dir, settings + str(" parallel.shard_optimizer=", resume_sharded)), "auto");
+        make_config(
+            dir, settings + str(" parallel.shard_optimizer=", resume_sharded ? "true" : "false")),
+        "auto");
     EXPECT_EQ(resumed.outcome.steps, 8);
     // The first three losses were logged by the stopped run (metrics.jsonl continues).
     expect_same(resumed, full, 0, str("resumed ", resume_sharded ? "sharded" : "unsharded"));
@@ -203,7 +205,9 @@ TEST(ShardedCheckpoint, ResumesAtAnotherDataParallelSize) {
     fs::copy(dir, mine, fs::copy_options::recursive);
     TrainResult resumed = train_on(
         MPI_COMM_SELF,
-        make_config(mine, settings + single + str(" parallel.shard_optimizer=", sharded)), "auto");
+        make_config(mine, settings + single +
+                              str(" parallel.shard_optimizer=", sharded ? "true" : "false")),
+        "auto");
     EXPECT_EQ(resumed.outcome.steps, 8);
     for (std::size_t i = 0; i < reference.params.size(); ++i) {
       EXPECT_LE((resumed.params[i].second - reference.params[i].second).abs().max().item<double>(),
