@@ -644,6 +644,8 @@ int run_plan(CommandContext& ctx) {
       o.peak_flops.empty() ? 0 : plan::parse_peak_flops(o.peak_flops, "--peak-flops");
   if (!o.optimizer.empty()) plan::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
   const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
+  const double device_memory =
+      o.device_memory.empty() ? 0 : plan::parse_bytes(o.device_memory, "--device-memory");
 
   PlanInputs in;
   if (!o.config.empty() || (!has_size_arguments(o) && calibration)) {
@@ -671,8 +673,6 @@ int run_plan(CommandContext& ctx) {
   const ComputePlan plan = plan::make_plan(in);
 
   nlohmann::ordered_json j = plan::plan_to_json(plan);
-  const double device_memory =
-      o.device_memory.empty() ? 0 : plan::parse_bytes(o.device_memory, "--device-memory");
   j["memory"] = memory_plan(g_memory, in.optimizer, device_memory, nullptr);
   nlohmann::ordered_json check;
   if (calibration) {

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/../lib.sh"
 configs=$HPCTRAIN_SOURCE_DIR/configs
 # The config's data files need not exist: the epoch size is given.
-common=(-c "$configs/gpt-tiny.yaml" --samples 4096 --devices 4)
+common=(-c "$configs/gpt-tiny.yaml" --samples 4096 --eval-samples 64 --devices 4)
 
 expect_exit 0 "$TMP/plain.json" "$HPCTRAIN_BIN" plan "${common[@]}" --device-memory 80GiB --json
 expect_exit 0 "$TMP/sharded.json" "$HPCTRAIN_BIN" plan "${common[@]}" \

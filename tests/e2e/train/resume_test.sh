@@ -114,5 +114,9 @@ for group in a:
     assert sorted(a[group]) == sorted(b[group])
     for name in a[group]:
         assert bool((a[group][name] == b[group][name]).all()), (group, name)
+import json
+# Each of the 2 ranks kept Adam's moments for half of the 50890 parameters.
+m = json.load(open(sys.argv[2] + "/ledger.json"))["memory_per_rank"]
+assert m["shard_optimizer"] is True and m["optimizer_state_bytes"] == 8 * 50890 // 2, m
 PY
 finish
