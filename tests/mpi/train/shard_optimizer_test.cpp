@@ -126,6 +126,16 @@ std::string run_dir(const std::string& name) {
   return str(dataset_dir(), "/", name);
 }
 
+// Removes the data and run directories once every rank is done with them.
+class CleanUp : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rt().world_rank() == 0) fs::remove_all(dataset_dir());
+  }
+};
+[[maybe_unused]] const auto* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
+
 struct Case {
   const char* name;
   const char* settings;
