@@ -16,6 +16,7 @@
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -58,8 +59,29 @@ struct PlanOptions {
   std::string calibrate;
   std::string compress;
   bool json = false;
+  // Memory.
+  std::string device_memory;
+  bool shard_optimizer = false;
+  std::int64_t heads = 0;
+  std::int64_t micro_batch = 0;
 };
 PlanOptions g_plan;
+
+// What the memory estimate needs beyond PlanInputs (docs/PLAN.md, "Memory").
+struct MemoryFacts {
+  int dp = 1;
+  int tp = 1;
+  bool shard = false;
+  bool bf16 = false;
+  double parameters_per_device = 0;  // logical parameters / tp
+  bool gpt = false;                  // activations are estimated for the gpt only
+  plan::TransformerShape shape;
+  std::int64_t heads = 0;
+  std::int64_t micro_batch = 0;
+  bool dropout = false;
+  plan::RecomputeMode recompute = plan::RecomputeMode::kNone;
+};
+MemoryFacts g_memory;
 
 bool has_size_arguments(const PlanOptions& o) {
   return o.params > 0 || o.layers > 0 || o.width > 0 || o.forward_flops > 0;
@@ -102,6 +124,14 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     const model::GptOptions g = model::read_gpt_options(model_section, tp);
     const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                        g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    g_memory.gpt = true;
+    g_memory.shape = shape;
+    g_memory.heads = g.heads;
+    g_memory.dropout = g.dropout > 0;
+    g_memory.recompute = g.recompute == model::Recompute::kBlock ? plan::RecomputeMode::kBlock
+                         : g.recompute == model::Recompute::kAttention
+                             ? plan::RecomputeMode::kAttention
+                             : plan::RecomputeMode::kNone;
     in.task = "language_model";
     in.non_embedding_parameters = plan::transformer_non_embedding_parameters(shape);
     in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(shape);
@@ -144,6 +174,12 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
 
   const std::int64_t dp = devices / tp;
   in.devices = devices;
+  g_memory.dp = static_cast<int>(dp);
+  g_memory.tp = tp;
+  g_memory.shard = tc.parallel.shard_optimizer || o.shard_optimizer;
+  g_memory.bf16 = tc.run.precision == train::Precision::kBf16;
+  g_memory.parameters_per_device = in.parameters / tp;
+  g_memory.micro_batch = tc.data.batch_size;
   in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
   in.epochs = o.epochs > 0 ? o.epochs : static_cast<double>(tc.run.epochs);
   in.optimizer = o.optimizer.empty() ? config_optimizer(tc.optim) : o.optimizer;
@@ -287,6 +323,17 @@ PlanInputs inputs_from_sizes(const PlanOptions& o, int devices) {
   }
   in.train_samples = in.samples_per_epoch * in.epochs;
   in.eval_passes = o.evals >= 0 ? o.evals : (in.eval_samples_per_pass > 0 ? 1 : 0);
+  g_memory.dp = devices;
+  g_memory.shard = o.shard_optimizer;
+  g_memory.parameters_per_device = in.parameters;
+  if (transformer && o.layers > 0 && o.width > 0 && o.seq_len > 0 && o.vocab > 0 && o.heads > 0 &&
+      o.micro_batch > 0) {
+    g_memory.gpt = true;
+    g_memory.shape =
+        plan::TransformerShape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
+    g_memory.heads = o.heads;
+    g_memory.micro_batch = o.micro_batch;
+  }
   return in;
 }
 
@@ -531,6 +578,98 @@ nlohmann::json measured_int8_speedup(const std::string& run_dir) {
   return found;
 }
 
+const char* recompute_name(plan::RecomputeMode mode) {
+  switch (mode) {
+    case plan::RecomputeMode::kBlock: return "block";
+    case plan::RecomputeMode::kAttention: return "attention";
+    case plan::RecomputeMode::kNone: break;
+  }
+  return "none";
+}
+
+// Memory per device: parameters, gradients and optimizer state from the bytes-per-parameter
+// table, activations of one micro-batch (gpt), and whether --device-memory holds them.
+nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& optimizer,
+                                   double device_memory, Table* t) {
+  using plan::WeightLayout;
+  const auto run = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, m.shard);
+  const auto other = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, !m.shard);
+  const auto mixed =
+      plan::parameter_bytes(WeightLayout::kBf16WithFloat32Master, optimizer, m.dp, m.shard);
+  const double n = m.parameters_per_device;
+  nlohmann::ordered_json j;
+  j["dp"] = m.dp;
+  j["tp"] = m.tp;
+  j["shard_optimizer"] = m.shard;
+  j["bytes_per_parameter"] = {{"weights", run.weights},
+                              {"gradients", run.gradients},
+                              {"optimizer_state", run.sharded},
+                              {"total", run.total()},
+                              {m.shard ? "unsharded" : "sharded", other.total()},
+                              {"bf16_weights_float32_master", mixed.total()}};
+  const double state_bytes = n * run.total();
+  j["parameter_bytes"] = n * run.weights;
+  j["gradient_bytes"] = n * run.gradients;
+  j["optimizer_state_bytes"] = n * run.sharded;
+  double activations = 0;
+  if (t) {
+    t->section(str("memory per device (", optimizer, ", dp=", m.dp, " x tp=", m.tp, ", optimizer ",
+                   "state ", m.shard ? "sharded" : "not sharded", ")"));
+    t->row("bytes per parameter", run.total(), "B",
+           str("(weights ", number_text(run.weights), " + gradients ", number_text(run.gradients),
+               " + optimizer state ", number_text(run.sharded), ")"));
+    t->row(m.shard ? "bytes per parameter, unsharded" : "bytes per parameter, sharded",
+           other.total(), "B");
+    t->row("bf16 weights + fp32 master (Megatron)", mixed.total(), "B",
+           m.shard ? "(6 + 12/dp for Adam)" : "(18 for Adam)");
+    t->row("parameters on this device", n, "", m.tp > 1 ? "(logical / tp)" : "");
+    t->row("weights + gradients + optimizer state", state_bytes, "B",
+           str("(", format_bytes(state_bytes), ")"));
+  }
+  if (m.gpt) {
+    const double element = m.bf16 ? 2 : 4;
+    nlohmann::ordered_json acts;
+    for (auto mode : {plan::RecomputeMode::kNone, plan::RecomputeMode::kAttention,
+                      plan::RecomputeMode::kBlock}) {
+      const auto a = plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element,
+                                                m.dropout, mode);
+      acts[recompute_name(mode)] = a.total();
+      if (mode == m.recompute) activations = a.total();
+      if (t) {
+        t->row(str("activations per micro-batch, recompute ", recompute_name(mode)), a.total(), "B",
+               str("(", format_bytes(a.total()), mode == m.recompute ? "; this run)" : ")"));
+      }
+    }
+    j["micro_batch"] = m.micro_batch;
+    j["recompute"] = recompute_name(m.recompute);
+    j["activation_bytes"] = acts;
+  } else if (t) {
+    t->text("activations",
+            "estimated for the gpt only (a config, or --layers --width --seq-len "
+            "--vocab --heads --micro-batch)");
+  }
+  const double total = state_bytes + activations;
+  j["total_bytes"] = total;
+  if (t)
+    t->row("total (state + this run's activations)", total, "B",
+           str("(", format_bytes(total), ")"));
+  if (device_memory > 0) {
+    j["device_memory"] = device_memory;
+    j["fits"] = total <= device_memory;
+    if (t) {
+      t->row("device memory", device_memory, "B", str("(", format_bytes(device_memory), ")"));
+      t->text("fits", total <= device_memory
+                          ? str("yes, ", number_text(std::round(total / device_memory * 1000) / 10),
+                                "% of the device")
+                          : str("no: ", format_bytes(total), " > ", format_bytes(device_memory),
+                                "; shard the optimizer state (parallel.shard_optimizer), "
+                                "recompute activations (model.recompute), or use a smaller "
+                                "data.batch_size or more tp"));
+    }
+  }
+  return j;
+}
+
 int run_plan(CommandContext& ctx) {
   const PlanOptions& o = g_plan;
   std::optional<LedgerCalibration> calibration;
@@ -540,6 +679,8 @@ int run_plan(CommandContext& ctx) {
       o.peak_flops.empty() ? 0 : plan::parse_peak_flops(o.peak_flops, "--peak-flops");
   if (!o.optimizer.empty()) plan::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
   const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
+  const double device_memory =
+      o.device_memory.empty() ? 0 : plan::parse_bytes(o.device_memory, "--device-memory");
 
   PlanInputs in;
   if (!o.config.empty() || (!has_size_arguments(o) && calibration)) {
@@ -592,6 +733,7 @@ int run_plan(CommandContext& ctx) {
     int8["eval_device_hours"] = plan.eval_device_hours / speedup;
     j["compress_int8"] = int8;
   }
+  j["memory"] = memory_plan(g_memory, in.optimizer, device_memory, nullptr);
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;
@@ -626,6 +768,7 @@ int run_plan(CommandContext& ctx) {
   }
   Table t;
   add_plan_rows(t, plan);
+  memory_plan(g_memory, in.optimizer, device_memory, &t);
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",
@@ -761,6 +904,21 @@ CommandRegistration reg(
                      "Finished run directory: use its ledger.json's measured rates, eval cost and "
                      "overhead, and report the estimate's error on that run")
           ->check(CLI::ExistingDirectory);
+      auto* memory = "Memory";
+      app.add_option("--device-memory", o.device_memory,
+                     "Memory of one device (80GiB, 141GB): say whether the run fits")
+          ->group(memory);
+      app.add_flag("--shard-optimizer", o.shard_optimizer,
+                   "Plan with the optimizer state sharded over the data-parallel group "
+                   "(parallel.shard_optimizer)")
+          ->group(memory);
+      app.add_option("--heads", o.heads, "Attention heads (activation estimate, size arguments)")
+          ->group(memory)
+          ->check(CLI::NonNegativeNumber);
+      app.add_option("--micro-batch", o.micro_batch,
+                     "Sequences per micro-batch (activation estimate, size arguments)")
+          ->group(memory)
+          ->check(CLI::NonNegativeNumber);
       app.add_flag("--json", o.json, "Print JSON with every number instead of a table");
     },
     run_plan);

@@ -160,21 +160,26 @@ void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
 }
 
 WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
+  const auto bytes = static_cast<std::int64_t>(byte_size(tensor));
+  return enqueue([this, tensor, op]() mutable { all_reduce_now(tensor, op); }, "all_reduce", bytes);
+}
+
+WorkHandle MpiCommunicator::enqueue(std::function<void()> operation, const char* name,
+                                    std::int64_t bytes) {
   auto work = std::make_shared<MpiWork>();
   const auto launch = std::chrono::steady_clock::now();
-  auto run = [this, tensor, op, work, launch]() mutable {
+  auto run = [this, operation = std::move(operation), work, launch, name, bytes]() {
     std::exception_ptr error;
     // The slice runs from the launch (or the end of the collective queued before it) to the end.
     const auto begin = std::max(launch, last_end_);
     try {
-      all_reduce_now(tensor, op);
+      operation();
     } catch (...) {
       error = std::current_exception();
     }
     last_end_ = std::chrono::steady_clock::now();
     if (size_ > 1) {
-      runtime::trace::record(trace_lane_, "all_reduce", begin, last_end_,
-                             static_cast<std::int64_t>(byte_size(tensor)));
+      runtime::trace::record(trace_lane_, name, begin, last_end_, bytes);
     }
     work->finish(error);
   };
@@ -187,6 +192,74 @@ WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) 
   queue_.emplace_back(std::move(run));
   queue_cv_.notify_one();
   return work;
+}
+
+namespace {
+
+// The chunk length of an in-place collective on `buffer`, after the checks every rank makes
+// (even on a group of one, so a bad call fails the same way at every size).
+std::int64_t in_place_chunk(const torch::Tensor& buffer, int size, const char* operation,
+                            const std::string& group) {
+  check_cpu(buffer, operation, group);
+  (void)mpi_datatype(buffer.scalar_type());
+  if (!buffer.is_contiguous() || buffer.numel() % size != 0) {
+    throw CommError(str(operation, " on group ", group, ": the buffer must be contiguous with a ",
+                        "number of elements divisible by the group size ", size, ", got ",
+                        buffer.numel(), " elements", buffer.is_contiguous() ? "" : " (strided)",
+                        "; pad it to a multiple of the group size"));
+  }
+  const std::int64_t chunk = buffer.numel() / size;
+  const std::int64_t element =
+      is_half_type(buffer.scalar_type()) ? 4 : static_cast<std::int64_t>(buffer.element_size());
+  if (chunk * element > INT_MAX) {
+    throw CommError(str(operation, " on group ", group, ": ", chunk,
+                        " elements per rank exceed the MPI count limit; use smaller buckets"));
+  }
+  return chunk;
+}
+
+}  // namespace
+
+void MpiCommunicator::reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op) {
+  const std::int64_t chunk = in_place_chunk(buffer, size_, "reduce_scatter", name_);
+  const auto dtype = buffer.scalar_type();
+  if (op == ReduceOp::kAvg && is_integral(dtype)) {
+    throw CommError(str("reduce_scatter avg on group ", name_,
+                        ": integer tensors cannot be averaged exactly; use sum"));
+  }
+  if (size_ == 1) return;
+  runtime::Watchdog::Scope watch("reduce_scatter", name_.c_str(), byte_size(buffer));
+  // bfloat16/float16 are reduced in float32 and rounded once, as all_reduce does.
+  torch::Tensor work = is_half_type(dtype) ? buffer.to(torch::kFloat) : buffer;
+  // MPI's in-place form leaves the reduced chunk at the start of the buffer; it belongs at this
+  // rank's position (a copy of 1/size of the buffer, not overlapping for rank > 0).
+  HPCTRAIN_MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, work.data_ptr(),
+                                              static_cast<int>(chunk),
+                                              mpi_datatype(work.scalar_type()), mpi_op(op), comm_));
+  torch::Tensor reduced = work.narrow(0, 0, chunk);
+  if (op == ReduceOp::kAvg) reduced.div_(size_);
+  if (rank_ != 0 || !work.is_same(buffer)) buffer.narrow(0, rank_ * chunk, chunk).copy_(reduced);
+}
+
+void MpiCommunicator::all_gather_in_place_now(torch::Tensor& buffer) {
+  const std::int64_t chunk = in_place_chunk(buffer, size_, "all_gather", name_);
+  if (size_ == 1) return;
+  runtime::Watchdog::Scope watch("all_gather", name_.c_str(), byte_size(buffer));
+  const int bytes = static_cast<int>(chunk * static_cast<std::int64_t>(buffer.element_size()));
+  HPCTRAIN_MPI_CHECK(
+      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.data_ptr(), bytes, MPI_BYTE, comm_));
+}
+
+WorkHandle MpiCommunicator::reduce_scatter_in_place_async(torch::Tensor buffer, ReduceOp op) {
+  const auto bytes = static_cast<std::int64_t>(byte_size(buffer));
+  return enqueue([this, buffer, op]() mutable { reduce_scatter_in_place_now(buffer, op); },
+                 "reduce_scatter", bytes);
+}
+
+WorkHandle MpiCommunicator::all_gather_in_place_async(torch::Tensor buffer) {
+  const auto bytes = static_cast<std::int64_t>(byte_size(buffer));
+  return enqueue([this, buffer]() mutable { all_gather_in_place_now(buffer); }, "all_gather",
+                 bytes);
 }
 
 void MpiCommunicator::worker_loop() {

@@ -166,6 +166,27 @@ class NcclCommunicator final : public Communicator {
     return output;
   }
 
+  // NCCL's in-place forms: recvbuff = sendbuff + rank * count.
+  WorkHandle reduce_scatter_in_place_async(torch::Tensor buffer, ReduceOp op) override {
+    const auto chunk = in_place_chunk(buffer, "reduce_scatter");
+    auto* base = static_cast<char*>(buffer.data_ptr());
+    enter();
+    HPCTRAIN_NCCL_CHECK(ncclReduceScatter(
+        base, base + rank_ * chunk * buffer.element_size(), static_cast<size_t>(chunk),
+        nccl_type(buffer.scalar_type()), nccl_op(op), comm_, stream_));
+    return leave();
+  }
+
+  WorkHandle all_gather_in_place_async(torch::Tensor buffer) override {
+    const auto chunk = in_place_chunk(buffer, "all_gather");
+    auto* base = static_cast<char*>(buffer.data_ptr());
+    enter();
+    HPCTRAIN_NCCL_CHECK(ncclAllGather(base + rank_ * chunk * buffer.element_size(), base,
+                                      static_cast<size_t>(chunk), nccl_type(buffer.scalar_type()),
+                                      comm_, stream_));
+    return leave();
+  }
+
   void barrier() override {
     // A one-element all-reduce, then block the host until it completes, polling NCCL's async
     // error state so a failed peer turns into an error instead of a hang.
@@ -191,6 +212,17 @@ class NcclCommunicator final : public Communicator {
       throw CommError(str(operation, " on group ", name_, ": the NCCL backend takes CUDA tensors",
                           t.defined() ? str(", got ", t.device().str()) : std::string()));
     }
+  }
+  std::int64_t in_place_chunk(const torch::Tensor& buffer, const char* operation) const {
+    check(buffer, operation);
+    if (!buffer.is_contiguous() || buffer.numel() % size_ != 0) {
+      throw CommError(str(operation, " on group ", name_,
+                          ": the buffer must be contiguous with a number of elements divisible "
+                          "by the group size ",
+                          size_, ", got ", buffer.numel(),
+                          "; pad it to a multiple of the group size"));
+    }
+    return buffer.numel() / size_;
   }
   // Orders the communicator's stream after the work queued so far on the default stream.
   void enter() {

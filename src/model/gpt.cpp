@@ -43,6 +43,10 @@ GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
   } else {
     section.fail("attention", "must be one of auto, explicit, sdpa");
   }
+  o.recompute = section.get_choice<Recompute>("recompute", o.recompute,
+                                              {{"none", Recompute::kNone},
+                                               {"block", Recompute::kBlock},
+                                               {"attention", Recompute::kAttention}});
   if (o.vocab_size < 2) section.fail("vocab_size", "must be at least 2 (256 for byte-level text)");
   if (o.seq_len < 1) section.fail("seq_len", "must be positive");
   if (o.layers < 1) section.fail("layers", "must be positive");
@@ -155,7 +159,16 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
   torch::Tensor x = torch::add(wte->forward(inputs), wpe_weight_.narrow(0, 0, t));
   if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
   const torch::Tensor mask = causal_mask(x).narrow(0, 0, t).narrow(1, 0, t);
-  for (const auto& block : blocks_) x = block->forward(x, mask);
+  for (const auto& block : blocks_) {
+    if (options_.recompute == Recompute::kBlock && is_training()) {
+      // Only the block's input stays for backward; the block runs again there.
+      auto* b = block.get();
+      x = recompute(
+          [b, mask](const std::vector<torch::Tensor>& in) { return b->forward(in[0], mask); }, {x});
+    } else {
+      x = block->forward(x, mask);
+    }
+  }
   x = ln_f->forward(x);
   return options_.tied_embeddings ? wte->logits(x) : lm_head->forward(x);
 }

@@ -23,7 +23,8 @@ GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, cons
     : local_heads_(options.heads / parallel::tp_size_of(tp)),
       head_dim_(options.width / options.heads),
       dropout_(options.dropout),
-      kernel_(options.attention) {
+      kernel_(options.attention),
+      recompute_(options.recompute == Recompute::kAttention) {
   const std::int64_t d = options.width;
   qkv = register_module("qkv", std::make_shared<parallel::ColumnParallelLinear>(
                                    parallel::ColumnParallelLinearOptions(d, 3 * d).stacked(3), tp,
@@ -46,23 +47,40 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
                                 .contiguous();
   if (kernel_ == GptAttentionKernel::kScaledDotProduct) {
     // [B, H, T, hd] each; causal without a mask tensor (the fused kernels skip masked blocks).
-    torch::Tensor context = compat::causal_scaled_dot_product_attention(
-        qkv_heads[0], qkv_heads[1], qkv_heads[2], is_training() ? dropout_ : 0.0);
+    // With recompute=attention the call is replayed in backward like the explicit core.
+    const double p = is_training() ? dropout_ : 0.0;
+    auto attend = [p](const std::vector<torch::Tensor>& in) {
+      return compat::causal_scaled_dot_product_attention(in[0], in[1], in[2], p);
+    };
+    const std::vector<torch::Tensor> heads{qkv_heads[0], qkv_heads[1], qkv_heads[2]};
+    torch::Tensor context = recompute_ && is_training() ? recompute(attend, heads) : attend(heads);
     return proj->forward(context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
   }
   torch::Tensor q = qkv_heads[0].view({bh, t, head_dim_});
   torch::Tensor k = qkv_heads[1].view({bh, t, head_dim_});
   torch::Tensor v = qkv_heads[2].view({bh, t, head_dim_});
+  torch::Tensor context = recompute_ && is_training()
+                              ? recompute(
+                                    [this, mask](const std::vector<torch::Tensor>& in) {
+                                      return core(in[0], in[1], in[2], mask);
+                                    },
+                                    {q, k, v})
+                              : core(q, k, v, mask);
+  context = context  // [B H, T, hd] -> [B, T, H hd]
+                .view({batch, local_heads_, t, head_dim_})
+                .transpose(1, 2)
+                .reshape({batch, t, local_heads_ * head_dim_});
+  return proj->forward(context);
+}
+
+torch::Tensor GptAttention::core(const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, const torch::Tensor& mask) {
   // scores = mask + q k^T / sqrt(hd) in one fused call; the [T, T] mask broadcasts over B * H.
   torch::Tensor scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0,
                                         /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim_)));
   torch::Tensor probs = torch::softmax(scores, -1);
   if (dropout_ > 0) probs = torch::dropout(probs, dropout_, is_training());
-  torch::Tensor context = torch::bmm(probs, v)  // [B H, T, hd] -> [B, T, H hd]
-                              .view({batch, local_heads_, t, head_dim_})
-                              .transpose(1, 2)
-                              .reshape({batch, t, local_heads_ * head_dim_});
-  return proj->forward(context);
+  return torch::bmm(probs, v);
 }
 
 GptMlp::GptMlp(const GptOptions& options, parallel::CommPtr tp, const std::string& name,

@@ -118,6 +118,14 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
                              " (a C++ model of your own: load its plugin with --plugin PATH or "
                              "model.plugin)"));
   }
+  if (name != "gpt" && section.has("recompute")) {
+    const std::string mode = section.get<std::string>("recompute", "none");
+    if (mode != "none") {
+      section.fail("recompute", str("activation recomputation is supported by the gpt model only, "
+                                    "not by ",
+                                    name, "; remove model.recompute or set it to none"));
+    }
+  }
   try {
     return it->second(section, ctx);
   } catch (const std::bad_alloc&) {

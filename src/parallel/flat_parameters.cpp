@@ -7,10 +7,26 @@
 
 namespace hpctrain::parallel {
 
-FlatParameters::FlatParameters(torch::nn::Module& module) {
+std::vector<int> bucket_entry_counts(const std::vector<std::int64_t>& numels,
+                                     std::int64_t element_bytes, std::int64_t bucket_bytes) {
+  std::vector<int> counts;
+  std::int64_t bucket_numel = 0;
+  for (std::int64_t numel : numels) {
+    if (counts.empty() || bucket_bytes == 0 || bucket_numel * element_bytes >= bucket_bytes) {
+      counts.push_back(0);
+      bucket_numel = 0;
+    }
+    counts.back() += 1;
+    bucket_numel += numel;
+  }
+  return counts;
+}
+
+FlatParameters::FlatParameters(torch::nn::Module& module, FlatLayout layout) {
   auto named = module.named_parameters(/*recurse=*/true);
   if (named.size() == 0) throw Error("the model has no parameters to train");
   const auto options = named[0].value().options();
+  if (layout.shard_count < 1) throw Error("FlatLayout::shard_count must be at least 1");
   std::int64_t total = 0;
   // Reverse registration order: backward produces the last layers' gradients first.
   for (std::size_t i = named.size(); i-- > 0;) {
@@ -24,7 +40,27 @@ FlatParameters::FlatParameters(torch::nn::Module& module) {
     entries_.push_back(Entry{item.key(), p, total, p.numel()});
     total += p.numel();
   }
-  params_ = torch::empty({total}, options);
+  parameter_numel_ = total;
+  if (layout.shard_count > 1) {
+    // Shift entries so each bucket ends on a multiple of shard_count: the gaps are padding that
+    // stays zero in parameters and gradients (and so in every optimizer state).
+    std::vector<std::int64_t> numels;
+    for (const auto& e : entries_) numels.push_back(e.numel);
+    const auto counts = bucket_entry_counts(
+        numels, static_cast<std::int64_t>(c10::elementSize(options.dtype().toScalarType())),
+        layout.bucket_bytes);
+    std::size_t index = 0;
+    total = 0;
+    for (int count : counts) {
+      for (int k = 0; k < count; ++k, ++index) {
+        entries_[index].offset = total;
+        total += entries_[index].numel;
+      }
+      total = (total + layout.shard_count - 1) / layout.shard_count * layout.shard_count;
+    }
+  }
+  params_ =
+      total == parameter_numel_ ? torch::empty({total}, options) : torch::zeros({total}, options);
   grads_ = torch::zeros({total}, options);
   torch::NoGradGuard no_grad;
   for (auto& e : entries_) {

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::parallel {
 namespace {
@@ -28,23 +29,32 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 
 GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
                                            std::shared_ptr<comm::Communicator> dp,
-                                           std::int64_t bucket_bytes, bool overlap)
-    : flat_(flat), dp_(std::move(dp)), overlap_(overlap) {
+                                           std::int64_t bucket_bytes, bool overlap,
+                                           bool reduce_scatter)
+    : flat_(flat), dp_(std::move(dp)), overlap_(overlap), reduce_scatter_(reduce_scatter) {
   const auto& entries = flat_.entries();
   const std::int64_t element = static_cast<std::int64_t>(flat_.grads().element_size());
   // Consecutive entries fill a bucket until it reaches bucket_bytes (entries are in backward
-  // order, so bucket 0 is ready first).
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const bool start_new = bucket_offset_.empty() || bucket_bytes == 0 ||
-                           bucket_numel_.back() * element >= bucket_bytes;
-    if (start_new) {
-      bucket_offset_.push_back(entries[i].offset);
-      bucket_numel_.push_back(0);
-      bucket_param_count_.push_back(0);
+  // order, so bucket 0 is ready first). The same grouping laid out the padding of a sharded flat
+  // buffer, so a bucket runs up to the next bucket's first entry.
+  std::vector<std::int64_t> numels;
+  for (const auto& e : entries) numels.push_back(e.numel);
+  std::size_t first = 0;
+  for (int count : bucket_entry_counts(numels, element, bucket_bytes)) {
+    bucket_offset_.push_back(entries[first].offset);
+    bucket_param_count_.push_back(count);
+    const int bucket = static_cast<int>(bucket_offset_.size()) - 1;
+    for (int k = 0; k < count; ++k) bucket_of_entry_.push_back(bucket);
+    first += static_cast<std::size_t>(count);
+  }
+  for (std::size_t b = 0; b < bucket_offset_.size(); ++b) {
+    const std::int64_t end = b + 1 < bucket_offset_.size() ? bucket_offset_[b + 1] : flat_.numel();
+    bucket_numel_.push_back(end - bucket_offset_[b]);
+    if (reduce_scatter_ && bucket_numel_.back() % dp_->size() != 0) {
+      throw Error(str("gradient bucket ", b, " holds ", bucket_numel_.back(),
+                      " elements, not a multiple of the dp size ", dp_->size(),
+                      ": build the flat parameters with FlatLayout{bucket_bytes, dp size}"));
     }
-    bucket_numel_.back() += entries[i].numel;
-    bucket_param_count_.back() += 1;
-    bucket_of_entry_.push_back(static_cast<int>(bucket_offset_.size()) - 1);
   }
   pending_ = bucket_param_count_;
   works_.resize(bucket_offset_.size());
@@ -92,7 +102,9 @@ void GradientSynchronizer::launch_ready_buckets() {
   // its backward finished bucket 3 before bucket 2.
   while (next_launch_ < works_.size() && pending_[next_launch_] <= 0) {
     auto view = flat_.grads().narrow(0, bucket_offset_[next_launch_], bucket_numel_[next_launch_]);
-    works_[next_launch_] = dp_->all_reduce_async(view, comm::ReduceOp::kAvg);
+    works_[next_launch_] = reduce_scatter_
+                               ? dp_->reduce_scatter_in_place_async(view, comm::ReduceOp::kAvg)
+                               : dp_->all_reduce_async(view, comm::ReduceOp::kAvg);
     ++next_launch_;
   }
 }

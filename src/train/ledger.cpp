@@ -83,6 +83,13 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   if (*std::min_element(device_peaks.begin(), device_peaks.end()) >= 0) {
     j["peak_device_memory_bytes_per_rank"] = device_peaks;
   }
+  // Every rank of a dp group holds the same amounts; rank 0's stand for its group.
+  j["memory_per_rank"] = {{"parameter_bytes", f.parameter_bytes},
+                          {"gradient_bytes", f.gradient_bytes},
+                          {"optimizer_state_bytes", f.optimizer_state_bytes},
+                          {"activation_bytes_estimate", f.activation_bytes_estimate},
+                          {"shard_optimizer", f.shard_optimizer},
+                          {"recompute", f.recompute}};
   return j;
 }
 

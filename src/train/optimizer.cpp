@@ -131,38 +131,56 @@ OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   return c;
 }
 
-Optimizer::Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config)
-    : flat_(flat), config_(config) {
+Optimizer::Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config,
+                     const parallel::DataParallelShards* shards)
+    : flat_(flat), config_(config), sharded_(shards != nullptr) {
   auto& p = flat_.params();
-  if (config_.kind == OptimizerKind::kSgd) {
-    if (config_.momentum > 0) momentum_ = torch::zeros_like(p);
+  std::int64_t state_numel = p.numel();
+  if (shards) {
+    ranges_ = shards->owned();
+    state_numel = shards->owned_numel();
   } else {
-    exp_avg_ = torch::zeros_like(p);
-    exp_avg_sq_ = torch::zeros_like(p);
+    ranges_.push_back({0, p.numel()});
   }
-  if (!fusable(p)) scratch_ = torch::empty_like(p);
+  const auto options = p.options();
+  if (config_.kind == OptimizerKind::kSgd) {
+    if (config_.momentum > 0) momentum_ = torch::zeros({state_numel}, options);
+  } else {
+    exp_avg_ = torch::zeros({state_numel}, options);
+    exp_avg_sq_ = torch::zeros({state_numel}, options);
+  }
+  if (!fusable(p)) scratch_ = torch::empty({state_numel}, options);
 }
 
 void Optimizer::step(double lr) {
   torch::NoGradGuard no_grad;
-  auto& p = flat_.params();
-  auto& g = flat_.grads();
   ++steps_;
+  std::int64_t state_offset = 0;
+  for (const auto& range : ranges_) {
+    if (range.numel > 0) step_range(range, state_offset, lr);
+    state_offset += range.numel;
+  }
+}
+
+void Optimizer::step_range(const parallel::FlatRange& range, std::int64_t state_offset, double lr) {
+  auto& flat_p = flat_.params();
+  auto& flat_g = flat_.grads();
   const double wd = config_.weight_decay;
-  if (fusable(p) && fusable(g)) {
-    const auto n = p.numel();
+  if (fusable(flat_p) && fusable(flat_g)) {
+    const auto n = range.numel;
+    float* p = flat_p.data_ptr<float>() + range.offset;
+    const float* g = flat_g.data_ptr<float>() + range.offset;
     if (config_.kind == OptimizerKind::kSgd) {
-      fused_sgd(p.data_ptr<float>(), g.data_ptr<float>(),
-                momentum_.defined() ? momentum_.data_ptr<float>() : nullptr, n,
+      fused_sgd(p, g, momentum_.defined() ? momentum_.data_ptr<float>() + state_offset : nullptr, n,
                 static_cast<float>(lr), static_cast<float>(wd),
                 static_cast<float>(config_.momentum), config_.nesterov, steps_ == 1);
     } else {
       const double bias1 = 1 - std::pow(config_.beta1, static_cast<double>(steps_));
       const double bias2 = 1 - std::pow(config_.beta2, static_cast<double>(steps_));
-      AdamArgs args{p.data_ptr<float>(),
-                    g.data_ptr<float>(),
-                    exp_avg_.data_ptr<float>(),
-                    exp_avg_sq_.data_ptr<float>(),
+      AdamArgs args{p,
+                    g,
+                    exp_avg_.data_ptr<float>() + state_offset,
+                    exp_avg_sq_.data_ptr<float>() + state_offset,
                     static_cast<float>(lr),
                     static_cast<float>(config_.beta1),
                     static_cast<float>(config_.beta2),
@@ -175,39 +193,45 @@ void Optimizer::step(double lr) {
     }
     return;
   }
+  torch::Tensor p = flat_p.narrow(0, range.offset, range.numel);
+  torch::Tensor g = flat_g.narrow(0, range.offset, range.numel);
+  torch::Tensor scratch = scratch_.narrow(0, state_offset, range.numel);
   if (config_.kind == OptimizerKind::kSgd) {
     // torch.optim.SGD (dampening 0): d = g + wd p; buf = m buf + d; d = nesterov ? d + m buf : buf.
     torch::Tensor d = g;
-    if (wd != 0) d = torch::add_out(scratch_, g, p, wd);
+    if (wd != 0) d = torch::add_out(scratch, g, p, wd);
     if (config_.momentum > 0) {
+      torch::Tensor momentum = momentum_.narrow(0, state_offset, range.numel);
       if (steps_ == 1) {
-        momentum_.copy_(d);
+        momentum.copy_(d);
       } else {
-        momentum_.mul_(config_.momentum).add_(d);
+        momentum.mul_(config_.momentum).add_(d);
       }
       if (config_.nesterov) {
-        d = torch::add_out(scratch_, d, momentum_, config_.momentum);
+        d = torch::add_out(scratch, d, momentum, config_.momentum);
       } else {
-        d = momentum_;
+        d = momentum;
       }
     }
     p.add_(d, -lr);
     return;
   }
   // torch.optim.Adam / AdamW.
+  torch::Tensor exp_avg = exp_avg_.narrow(0, state_offset, range.numel);
+  torch::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, state_offset, range.numel);
   torch::Tensor grad = g;
   if (config_.kind == OptimizerKind::kAdamW) {
     if (wd != 0) p.mul_(1 - lr * wd);
   } else if (wd != 0) {
-    grad = torch::add_out(scratch_, g, p, wd);
+    grad = torch::add_out(scratch, g, p, wd);
   }
-  exp_avg_.mul_(config_.beta1).add_(grad, 1 - config_.beta1);
-  exp_avg_sq_.mul_(config_.beta2).addcmul_(grad, grad, 1 - config_.beta2);
+  exp_avg.mul_(config_.beta1).add_(grad, 1 - config_.beta1);
+  exp_avg_sq.mul_(config_.beta2).addcmul_(grad, grad, 1 - config_.beta2);
   const double bias1 = 1 - std::pow(config_.beta1, static_cast<double>(steps_));
   const double bias2 = 1 - std::pow(config_.beta2, static_cast<double>(steps_));
-  torch::sqrt_out(scratch_, exp_avg_sq_);
-  scratch_.div_(std::sqrt(bias2)).add_(config_.eps);
-  p.addcdiv_(exp_avg_, scratch_, -lr / bias1);
+  torch::sqrt_out(scratch, exp_avg_sq);
+  scratch.div_(std::sqrt(bias2)).add_(config_.eps);
+  p.addcdiv_(exp_avg, scratch, -lr / bias1);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Optimizer::state() {

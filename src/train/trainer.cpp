@@ -20,6 +20,7 @@
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
@@ -38,6 +39,7 @@
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
 #include "input_checks.hpp"
+#include "memory_facts.hpp"
 #include "profile_session.hpp"
 #include "run_files.hpp"
 #include "run_report.hpp"
@@ -119,6 +121,7 @@ struct Trainer::Impl {
   std::shared_ptr<model::Model> model;
   std::unique_ptr<parallel::FlatParameters> flat;
   std::unique_ptr<parallel::GradientSynchronizer> sync;
+  std::unique_ptr<parallel::DataParallelShards> shards;  // parallel.shard_optimizer only
   std::unique_ptr<parallel::GradientFinalizer> finalizer;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LossScaler> scaler;
@@ -231,22 +234,28 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   // Collectives from here on.
   if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
   m.model->to(m.device);
-  m.flat = std::make_unique<parallel::FlatParameters>(*m.model);
+  const bool shard = cfg.parallel.shard_optimizer;
+  m.flat = std::make_unique<parallel::FlatParameters>(
+      *m.model, parallel::FlatLayout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1});
   parallel::broadcast_parameters(*m.flat, *m.env.comms.dp);
   parallel::broadcast_buffers(*m.model, *m.env.comms.dp);
   m.sync = std::make_unique<parallel::GradientSynchronizer>(
-      *m.flat, m.env.comms.dp, cfg.parallel.bucket_bytes(), cfg.parallel.overlap);
+      *m.flat, m.env.comms.dp, cfg.parallel.bucket_bytes(), cfg.parallel.overlap, shard);
+  if (shard) {
+    m.shards = std::make_unique<parallel::DataParallelShards>(
+        *m.flat, m.sync->bucket_offsets(), m.sync->bucket_sizes(), m.env.comms.dp);
+  }
   std::vector<torch::Tensor> replicated;
   for (const auto& e : m.flat->entries()) {
     if (m.model->shard_info(e.name).split_dim < 0) replicated.push_back(e.param);
   }
   m.finalizer =
       std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp, std::move(replicated));
-  m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim);
+  m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim, m.shards.get());
   m.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
-  m.steps = std::make_unique<StepRunner>(
-      StepRunner::Parts{*m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, *m.scaler, m.env,
-                        cfg, m.device, [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }});
+  m.steps = std::make_unique<StepRunner>(StepRunner::Parts{
+      *m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, *m.scaler, m.env, cfg, m.device,
+      [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }, m.shards.get()});
   const eval::Metric metric = cfg.eval.metric_for(m.model->task());
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
@@ -268,8 +277,11 @@ void Trainer::Impl::resume(const std::string& resume) {
     if (resume == "auto") log::debug("no checkpoint to resume from: starting at step 0");
     return;
   }
-  auto records = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true);
+  ShardedState sharded_state;
+  auto records = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
+                               /*snapshot_buffers=*/false, shards.get(), &sharded_state);
   checkpoint::Loaded loaded = ckpt->load(*path, records);
+  restore_sharded_state(sharded_state, shards.get());
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
   optimizer->set_steps(ts.value("optimizer_steps", state.step - state.skipped_steps));
@@ -317,7 +329,7 @@ void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
   if (scaler->enabled()) content.trainer_state["loss_scaler"] = scaler->to_json();
   content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
-                                  /*snapshot_buffers=*/true);
+                                  /*snapshot_buffers=*/true, shards.get());
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
   content.copy = true;
@@ -358,6 +370,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.skipped_steps = state.skipped_steps;
   facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
   facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;
+  add_memory_facts(facts, *model, *flat, *optimizer, cfg);
   return facts;
 }
 

@@ -6,6 +6,7 @@
 
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -13,10 +14,9 @@
 
 namespace hpctrain::train {
 
-std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
-                                                    parallel::FlatParameters& flat,
-                                                    Optimizer& optimizer, bool with_optimizer,
-                                                    bool snapshot_buffers) {
+std::vector<checkpoint::TensorRecord> state_records(
+    model::Model& model, parallel::FlatParameters& flat, Optimizer& optimizer, bool with_optimizer,
+    bool snapshot_buffers, parallel::DataParallelShards* shards, ShardedState* load_targets) {
   std::vector<checkpoint::TensorRecord> records;
   for (const auto& e : flat.entries()) {
     records.push_back({"model/" + e.name, e.param.detach(), model.shard_info(e.name)});
@@ -32,13 +32,29 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
   }
   if (!with_optimizer) return records;
   for (auto& [state_name, buffer] : optimizer.state()) {
+    torch::Tensor layout = buffer;  // laid out like the flat parameters
+    if (shards) {
+      if (load_targets) {
+        layout = torch::zeros({flat.numel()}, buffer.options());
+        load_targets->emplace_back(buffer, layout);
+      } else {
+        // A snapshot (not a live view): the deferred copy may read it while the step updates.
+        layout = shards->gather_state(buffer);
+      }
+    }
     for (const auto& e : flat.entries()) {
       records.push_back({str("optimizer/", state_name, "/", e.name),
-                         buffer.narrow(0, e.offset, e.numel).view(e.param.sizes()),
+                         layout.narrow(0, e.offset, e.numel).view(e.param.sizes()),
                          model.shard_info(e.name)});
     }
   }
   return records;
+}
+
+void restore_sharded_state(ShardedState& targets, const parallel::DataParallelShards* shards) {
+  if (!shards) return;
+  for (auto& [packed, full] : targets) shards->scatter_state(full, packed);
+  targets.clear();
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
@@ -47,6 +48,13 @@ void StepRunner::device_sync() {
 double StepRunner::global_grad_norm() {
   torch::NoGradGuard no_grad;
   auto& tp = *p_.env.control.tp;
+  if (p_.shards) {
+    // Each dp rank holds the averaged gradient of its shards only: partial sums over the dp
+    // group (host doubles on the control plane), then over the tp group as below.
+    double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
+    sq = p_.env.control.dp->sum(sq);
+    return std::sqrt(std::max(0.0, tp.size() == 1 ? sq : tp.sum(sq)));
+  }
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
   if (tp.size() == 1) return std::sqrt(sq);
   // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
@@ -68,6 +76,20 @@ bool StepRunner::nonfinite(double grad_norm) {
     return p_.env.control.world->any(mine);
   }
   return mine;
+}
+
+void StepRunner::scale_grads(double factor) {
+  torch::NoGradGuard no_grad;
+  if (p_.shards) {
+    p_.shards->scale_owned_grads(factor);
+  } else {
+    p_.flat.grads().mul_(factor);
+  }
+}
+
+void StepRunner::update(double lr) {
+  p_.optimizer.step(lr);
+  if (p_.shards) p_.shards->all_gather_parameters();
 }
 
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
@@ -131,10 +153,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   }
   trace::Scope optimizer_slice(0, "optimizer");
   auto t2 = Clock::now();
-  if (p_.scaler.enabled()) p_.flat.grads().mul_(1.0 / scale);  // exact: a power of two
+  if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two
   if (p_.cfg.debug.overflow_step == step &&
       p_.cfg.debug.overflow_rank == p_.env.runtime.world_rank()) {
-    p_.flat.grads()[0].fill_(std::numeric_limits<float>::infinity());  // tests: this rank only
+    scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
   }
   r.grad_norm = global_grad_norm();
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
@@ -178,9 +200,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     r.loss_scale = p_.scaler.scale();
   }
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
-    p_.flat.grads().mul_(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
+    scale_grads(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   }
-  p_.optimizer.step(r.lr);
+  update(r.lr);
   p_.flat.zero_grads();
   device_sync();
   phases.optimizer += since(t2);

@@ -21,6 +21,7 @@ namespace hpctrain::model {
 class Model;
 }
 namespace hpctrain::parallel {
+class DataParallelShards;
 class FlatParameters;
 class GradientSynchronizer;
 class GradientFinalizer;
@@ -61,6 +62,9 @@ class StepRunner {
     /// parameters and optimizer state), returning the seconds it blocked (the checkpoint's
     /// deferred copy; counted as checkpoint time); may be empty.
     std::function<double()> before_update;
+    /// With parallel.shard_optimizer: this dp rank's shards (the norm and clipping cover them
+    /// only, the update is followed by the parameter all-gather); null otherwise.
+    parallel::DataParallelShards* shards = nullptr;
   };
   explicit StepRunner(Parts parts);
   /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank).
@@ -69,6 +73,11 @@ class StepRunner {
 
  private:
   double global_grad_norm();
+  /// Multiplies the gradients the update reads by `factor`. Local.
+  void scale_grads(double factor);
+  /// The optimizer update and, when sharded, the all-gather of the updated parameters (counted
+  /// in the optimizer phase). Collective over the dp group when sharded.
+  void update(double lr);
   void device_sync();
   /// True when the gradients are not finite: this rank's view, or (when a rank-local answer
   /// would make ranks act differently) agreed over the world on the control plane.

@@ -53,6 +53,16 @@ class Communicator {
   /// contiguous 1/size of it along dim 0. Collective.
   virtual torch::Tensor reduce_scatter(const torch::Tensor& tensor,
                                        ReduceOp op = ReduceOp::kSum) = 0;
+  /// Starts a reduce-scatter in place on `buffer` (contiguous, numel divisible by size()) and
+  /// returns at once: when the work completes, chunk rank() of the buffer (elements
+  /// [rank * n / size, (rank + 1) * n / size)) holds the reduction of every rank's chunk rank();
+  /// the other chunks hold unspecified values. The buffer must stay untouched until wait().
+  /// Ordered with the other asynchronous operations of the communicator. Collective.
+  virtual WorkHandle reduce_scatter_in_place_async(torch::Tensor buffer,
+                                                   ReduceOp op = ReduceOp::kSum) = 0;
+  /// Starts an all-gather in place on `buffer` (contiguous, numel divisible by size()): when the
+  /// work completes, every chunk r holds rank r's chunk r. Collective.
+  virtual WorkHandle all_gather_in_place_async(torch::Tensor buffer) = 0;
   /// Returns when every rank of the group has called it. Collective.
   virtual void barrier() = 0;
   /// Waits for every asynchronous operation issued so far. Local.

@@ -37,6 +37,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast(torch::Tensor& tensor, int root) override;
   torch::Tensor all_gather(const torch::Tensor& tensor) override;
   torch::Tensor reduce_scatter(const torch::Tensor& tensor, ReduceOp op) override;
+  WorkHandle reduce_scatter_in_place_async(torch::Tensor buffer, ReduceOp op) override;
+  WorkHandle all_gather_in_place_async(torch::Tensor buffer) override;
   void barrier() override;
   void wait_all() override;
 
@@ -47,6 +49,11 @@ class MpiCommunicator final : public Communicator {
 
  private:
   void all_reduce_now(torch::Tensor& tensor, ReduceOp op);
+  void reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op);
+  void all_gather_in_place_now(torch::Tensor& buffer);
+  /// Runs `operation` on the communication thread (or now, without one), traced as `name` over
+  /// `bytes` on the group's lane.
+  WorkHandle enqueue(std::function<void()> operation, const char* name, std::int64_t bytes);
   void worker_loop();
 
   MPI_Comm comm_;

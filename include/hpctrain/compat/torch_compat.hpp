@@ -63,6 +63,22 @@ inline torch::Tensor causal_scaled_dot_product_attention(const torch::Tensor& q,
 #endif
 }
 
+/// Whether CPU / CUDA autocast is on in this thread. Local.
+inline bool cpu_autocast_enabled() {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(at::kCPU);
+#else
+  return at::autocast::is_cpu_enabled();
+#endif
+}
+inline bool cuda_autocast_enabled() {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+
 /// Drops autocast's cast cache (call at the end of each autocast region). Local.
 inline void clear_autocast_cache() {
   at::autocast::clear_cache();

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/model/recompute.hpp"
 #include "hpctrain/parallel/tensor_parallel_linear.hpp"
 #include "hpctrain/parallel/vocab_parallel_embedding.hpp"
 
@@ -60,12 +61,14 @@ struct GptOptions {
   double dropout = 0.0;
   /// model.attention: auto (scaled_dot_product where LibTorch has it) | explicit | sdpa
   GptAttentionKernel attention = GptAttentionKernel::kExplicit;
+  Recompute recompute = Recompute::kNone;  ///< model.recompute: none | block | attention
 
   /// MLP hidden width, width * mlp_ratio. Local.
   std::int64_t mlp_width() const;
 };
 
-/// Reads model.{vocab_size, seq_len, layers, heads, width, mlp_ratio, tied_embeddings, dropout}
+/// Reads model.{vocab_size, seq_len, layers, heads, width, mlp_ratio, tied_embeddings, dropout,
+/// recompute}
 /// and checks them for a tp group of `tp_size` ranks: heads % tp == 0, width % heads == 0,
 /// width * mlp_ratio a whole number divisible by tp. Throws ConfigError naming the key. Local:
 /// every rank runs it on the same config before any collective.
@@ -86,10 +89,16 @@ class GptAttention : public torch::nn::Module {
   std::shared_ptr<parallel::RowParallelLinear> proj;
 
  private:
+  /// Scores, softmax, dropout and the product with v: the part model.recompute = attention
+  /// recomputes. Local.
+  torch::Tensor core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& mask);
+
   std::int64_t local_heads_;
   std::int64_t head_dim_;
   double dropout_;
   GptAttentionKernel kernel_;
+  bool recompute_;
 };
 
 /// The MLP: fc column-parallel (width -> F, tanh-GELU), proj row-parallel (F -> width).

@@ -13,6 +13,20 @@
 
 namespace hpctrain::parallel {
 
+/// Groups consecutive entries of `numels` (in flat order) into gradient buckets: a bucket takes
+/// entries until it holds at least `bucket_bytes` (0: one entry per bucket). Returns the number of
+/// entries in each bucket. Local.
+std::vector<int> bucket_entry_counts(const std::vector<std::int64_t>& numels,
+                                     std::int64_t element_bytes, std::int64_t bucket_bytes);
+
+/// How the flat buffers are laid out: with `shard_count` > 1 every gradient bucket (grouped by
+/// bucket_entry_counts with `bucket_bytes`) is followed by zero padding up to a multiple of
+/// `shard_count` elements, so it splits into equal shards for a reduce-scatter.
+struct FlatLayout {
+  std::int64_t bucket_bytes = 0;
+  int shard_count = 1;
+};
+
 class FlatParameters {
  public:
   struct Entry {
@@ -25,12 +39,15 @@ class FlatParameters {
   /// Moves the parameters of `module` (all float32 or all of one dtype, one device) into the flat
   /// buffers, preserving their values and autograd identity. Local. Throws Error for mixed
   /// dtypes or devices.
-  explicit FlatParameters(torch::nn::Module& module);
+  explicit FlatParameters(torch::nn::Module& module, FlatLayout layout = {});
 
   torch::Tensor& params() { return params_; }
   torch::Tensor& grads() { return grads_; }
   const std::vector<Entry>& entries() const { return entries_; }
+  /// Elements of the flat buffers, padding included. Local.
   std::int64_t numel() const { return params_.numel(); }
+  /// Elements of the parameters themselves (numel() less the padding). Local.
+  std::int64_t parameter_numel() const { return parameter_numel_; }
   /// Zeroes every gradient (the flat buffer; the views stay attached). Local.
   void zero_grads() { grads_.zero_(); }
   /// Sum of squares of grads()[offset, offset + numel), accumulated in double over fixed chunks
@@ -43,6 +60,7 @@ class FlatParameters {
   torch::Tensor params_;
   torch::Tensor grads_;
   std::vector<Entry> entries_;
+  std::int64_t parameter_numel_ = 0;
 };
 
 }  // namespace hpctrain::parallel

@@ -21,9 +21,12 @@ namespace hpctrain::parallel {
 class GradientSynchronizer {
  public:
   /// `bucket_bytes` = 0 puts every parameter in its own bucket. `overlap` false defers every
-  /// all-reduce to finish() (one pass after backward). Local; installs autograd hooks.
+  /// all-reduce to finish() (one pass after backward). `reduce_scatter`: average each bucket
+  /// with an in-place reduce-scatter instead of an all-reduce, so only this dp rank's shard of
+  /// every bucket (DataParallelShards) holds the average; needs `flat` laid out with
+  /// FlatLayout{bucket_bytes, dp size} (throws Error otherwise). Local; installs autograd hooks.
   GradientSynchronizer(FlatParameters& flat, std::shared_ptr<comm::Communicator> dp,
-                       std::int64_t bucket_bytes, bool overlap);
+                       std::int64_t bucket_bytes, bool overlap, bool reduce_scatter = false);
   ~GradientSynchronizer();
   GradientSynchronizer(const GradientSynchronizer&) = delete;
   GradientSynchronizer& operator=(const GradientSynchronizer&) = delete;
@@ -35,8 +38,10 @@ class GradientSynchronizer {
   /// Launches buckets not launched during backward (unused parameters, overlap off) and waits for
   /// all. Returns the seconds spent waiting. Collective over the dp group.
   double finish();
-  /// Number of buckets and their sizes in elements. Local.
+  /// Number of buckets and their sizes in elements (padding included). Local.
   const std::vector<std::int64_t>& bucket_sizes() const { return bucket_numel_; }
+  /// First element of each bucket in the flat buffers. Local.
+  const std::vector<std::int64_t>& bucket_offsets() const { return bucket_offset_; }
 
   /// Called by the autograd hook of entry `index` of the flat parameters. Internal.
   void on_gradient_ready(std::size_t entry_index);
@@ -47,6 +52,7 @@ class GradientSynchronizer {
   FlatParameters& flat_;
   std::shared_ptr<comm::Communicator> dp_;
   bool overlap_;
+  bool reduce_scatter_;
   bool sync_enabled_ = true;
   std::vector<std::int64_t> bucket_offset_;
   std::vector<std::int64_t> bucket_numel_;

@@ -14,6 +14,9 @@ struct ParallelConfig {
   int tp = 1;             ///< parallel.tp: tensor-parallel group size (divides the world size)
   double bucket_mb = 25;  ///< parallel.bucket_mb: gradient bucket size in MiB; 0 = one per param
   bool overlap = true;    ///< parallel.overlap: all-reduce buckets during backward
+  /// parallel.shard_optimizer: each dp rank keeps optimizer state for 1/dp of the parameters
+  /// (gradients reduce-scattered, parameters all-gathered after the update)
+  bool shard_optimizer = false;
 
   /// Bucket size in bytes. Local.
   long long bucket_bytes() const { return static_cast<long long>(bucket_mb * 1024 * 1024); }

@@ -49,6 +49,14 @@ struct LedgerFacts {
   std::int64_t skipped_steps = 0;  ///< steps of the run skipped for non-finite gradients
   double loss_scale = 0;           ///< the loss scale at the end (0: no loss scaling)
   std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor
+  /// Bytes this rank holds for training state (flat buffers, padding included) and the
+  /// activations of one micro-batch as docs/PLAN.md estimates them (gpt only; 0 otherwise).
+  std::int64_t parameter_bytes = 0;
+  std::int64_t gradient_bytes = 0;
+  std::int64_t optimizer_state_bytes = 0;
+  double activation_bytes_estimate = 0;
+  bool shard_optimizer = false;
+  std::string recompute = "none";
 };
 
 /// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks, and each

@@ -45,6 +45,11 @@ assert abs(f["train_per_sample"] - 3 * f["eval_per_sample"]) < 1e-6 * f["train_p
 assert f["eval_per_sample"] == 2*784*64 + 64 + 2*64*10 + 10, f
 assert led["throughput"]["train_samples_per_s"] > 0 and led["cost_ratio_train_to_eval"]["measured"] > 0
 assert len(led["peak_rss_bytes_per_rank"]) == 2 and min(led["peak_rss_bytes_per_rank"]) > 1e6
+# 50890 float32 parameters, as many gradients, Adam's two moments; no activation estimate (mlp).
+m = led["memory_per_rank"]
+assert (m["parameter_bytes"], m["gradient_bytes"], m["optimizer_state_bytes"]) == (
+    4 * 50890, 4 * 50890, 8 * 50890), m
+assert m["activation_bytes_estimate"] == 0 and m["shard_optimizer"] is False, m
 PY
 
 # The same run on one rank (global batch 32 = 32 x 1): same stream, same evaluation.

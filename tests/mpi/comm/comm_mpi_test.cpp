@@ -6,6 +6,7 @@
 #include "hpctrain/comm/mpi_communicator.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::comm {
 namespace {
@@ -179,6 +180,59 @@ TEST(MpiCommunicator, ReduceScatterReturnsThisRanksChunk) {
   if (n > 1) {
     EXPECT_THROW(world().reduce_scatter(bad, ReduceOp::kSum), CommError);
   }
+}
+
+TEST(MpiCommunicator, InPlaceReduceScatterLeavesTheReducedChunkAtThisRanksPosition) {
+  const int n = world().size();
+  const int me = world().rank();
+  for (auto dtype : {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kInt}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      if (op == ReduceOp::kAvg && dtype == torch::kInt) continue;
+      // Element i of rank r: (r + 1) * (i + 1); 3 elements per chunk.
+      auto values = torch::arange(1, 3 * n + 1, torch::kDouble);
+      auto buffer = (values * (me + 1)).to(dtype);
+      auto work = world().reduce_scatter_in_place_async(buffer, op);
+      work->wait();
+      EXPECT_EQ(buffer.scalar_type(), dtype);
+      const double factor = op == ReduceOp::kSum   ? n * (n + 1) / 2.0
+                            : op == ReduceOp::kAvg ? (n + 1) / 2.0
+                                                   : static_cast<double>(n);
+      expect_equal(buffer.narrow(0, 3 * me, 3), values.narrow(0, 3 * me, 3) * factor,
+                   str(c10::toString(dtype), " ", reduce_op_name(op)));
+    }
+  }
+  auto odd = torch::ones({3 * n + 1});
+  if (n > 1) {
+    EXPECT_THROW(world().reduce_scatter_in_place_async(odd, ReduceOp::kSum)->wait(), CommError);
+  }
+  auto strided = torch::ones({4 * n, 2}).select(1, 0);
+  EXPECT_THROW(world().reduce_scatter_in_place_async(strided, ReduceOp::kSum)->wait(), CommError);
+}
+
+TEST(MpiCommunicator, InPlaceAllGatherFillsEveryChunkFromItsRank) {
+  const int n = world().size();
+  const int me = world().rank();
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kLong}) {
+    // Only this rank's chunk holds its values; the rest is garbage the gather must overwrite.
+    auto buffer = torch::full({4 * n}, -7, torch::TensorOptions().dtype(dtype));
+    buffer.narrow(0, 4 * me, 4).copy_(torch::arange(4, torch::kDouble) + 10 * me);
+    auto work = world().all_gather_in_place_async(buffer);
+    work->wait();
+    for (int r = 0; r < n; ++r) {
+      expect_equal(buffer.narrow(0, 4 * r, 4), torch::arange(4, torch::kDouble) + 10 * r,
+                   str(c10::toString(dtype), " chunk ", r));
+    }
+  }
+  // Issue order holds across the two kinds and all_reduce.
+  auto a = torch::full({2 * n}, static_cast<float>(me + 1));
+  auto b = torch::full({2 * n}, 0.0f);
+  b.narrow(0, 2 * me, 2).fill_(static_cast<float>(me));
+  auto w1 = world().reduce_scatter_in_place_async(a, ReduceOp::kSum);
+  auto w2 = world().all_gather_in_place_async(b);
+  w2->wait();
+  EXPECT_TRUE(w1->done());
+  EXPECT_FLOAT_EQ(a[2 * me].item<float>(), n * (n + 1) / 2.0f);
+  EXPECT_FLOAT_EQ(b[2 * (n - 1)].item<float>(), static_cast<float>(n - 1));
 }
 
 TEST(MpiCommunicator, RejectsUnsupportedInput) {

@@ -46,6 +46,17 @@ TEST_F(NcclTest, CollectivesMatchWorldSizeFormulas) {
   for (int r = 0; r < n; ++r) EXPECT_EQ(g[2 * r].item<float>(), r);
   auto rs = comm->reduce_scatter(torch::ones({2 * n}, opts), ReduceOp::kSum).cpu();
   EXPECT_TRUE(torch::equal(rs, torch::full({2}, static_cast<float>(n))));
+  // In place: chunk r of the buffer after the reduce-scatter, every chunk after the all-gather.
+  const int me = rt.world_rank();
+  auto in_place = torch::full({3 * n}, static_cast<float>(me + 1), opts);
+  comm->reduce_scatter_in_place_async(in_place, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(
+      torch::equal(in_place.narrow(0, 3 * me, 3).cpu(), torch::full({3}, n * (n + 1) / 2.0f)));
+  auto gather = torch::full({2 * n}, -1.0f, opts);
+  gather.narrow(0, 2 * me, 2).fill_(static_cast<float>(me));
+  comm->all_gather_in_place_async(gather)->wait();
+  auto host = gather.cpu();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(host[2 * r + 1].item<float>(), r);
   comm->barrier();
 }
 

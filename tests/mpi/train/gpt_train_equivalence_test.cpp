@@ -149,19 +149,25 @@ struct Case {
   const Shape* shape;
   int tp;
   int accumulation;
+  bool shard_optimizer = false;  // the distributed run only; the reference is unsharded
+  const char* recompute = "none";
 };
 
 void check_case(const Case& c) {
   const int world = rt().world_size();
   const int dp = world / c.tp;
   const std::string what =
-      str(c.shape->name, " dp=", dp, " tp=", c.tp, " accumulation=", c.accumulation);
-  const std::string tag = str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation);
+      str(c.shape->name, " dp=", dp, " tp=", c.tp, " accumulation=", c.accumulation,
+          c.shard_optimizer ? " sharded" : "", " recompute=", c.recompute);
+  const std::string tag = str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation, "-shard",
+                              c.shard_optimizer, "-", c.recompute);
 
   Config dist = make_config(*c.shape, str(dataset_dir(), "/dist-", tag));
   dist.set(str("parallel.tp=", c.tp));
   dist.set(str("data.batch_size=", kBatchPerRank));
   dist.set(str("optim.grad_accumulation=", c.accumulation));
+  dist.set(str("parallel.shard_optimizer=", c.shard_optimizer ? "true" : "false"));
+  dist.set(str("model.recompute=", c.recompute));
   Params distributed = train_on(MPI_COMM_WORLD, c.tp, dist, what);
 
   Config ref = make_config(*c.shape, str(dataset_dir(), "/ref-", tag, "-rank", rt().world_rank()));
@@ -240,6 +246,13 @@ TEST(GptTrainEquivalence, TiedEmbeddingsAtEveryGridMatchOneRank) {
 
 TEST(GptTrainEquivalence, UntiedPaddedVocabularyAtEveryGridMatchesOneRank) {
   for (int tp : tp_sizes()) check_case({&kUntiedPadded, tp, 1});
+}
+
+// Sharded optimizer state over each tp rank's dp group (dp = 2 x tp = 2 at four ranks) and
+// activation recomputation, against the unsharded one-rank reference; clipping fires (above).
+TEST(GptTrainEquivalence, ShardedOptimizerWithRecomputationAtEveryGrid) {
+  for (int tp : tp_sizes()) check_case({&kTied, tp, 1, true, "block"});
+  check_case({&kUntiedPadded, rt().world_size() % 2 == 0 ? 2 : 1, 2, true, "attention"});
 }
 
 TEST(GptTrainEquivalence, GradientAccumulationWithTensorParallelism) {

@@ -4,10 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
 namespace {
@@ -50,6 +53,71 @@ TEST(GptConfig, BadTensorParallelSizesNameTheKey) {
   expect_config_error("model.dropout=1.5", 1, "model.dropout");
   expect_config_error("model.layers=0", 1, "model.layers");
   expect_config_error("model.tied_embeddings=yes", 1, "model.tied_embeddings");
+  expect_config_error("model.recompute=layers", 1, "model.recompute");
+}
+
+TEST(GptConfig, RecomputeOnAnotherModelNamesTheModelsThatSupportIt) {
+  for (const char* yaml : {"model: {name: mlp, in_features: 4, recompute: block}",
+                           "model: {name: cnn, recompute: attention}"}) {
+    try {
+      build(yaml);
+      ADD_FAILURE() << yaml << ": no error";
+    } catch (const ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("model.recompute"), std::string::npos) << what;
+      EXPECT_NE(what.find("gpt model only"), std::string::npos) << what;
+    }
+  }
+  EXPECT_NO_THROW(build("model: {name: mlp, in_features: 4, recompute: none}"));
+}
+
+// Loss and parameter gradients of one forward and backward from RNG seed `seed`.
+std::pair<double, std::vector<torch::Tensor>> gradients(const std::string& recompute,
+                                                        double dropout, std::uint64_t seed) {
+  auto model = build(kTiny, 1, {"model.recompute=" + recompute, str("model.dropout=", dropout)});
+  model->train();
+  torch::manual_seed(seed);
+  auto gen = at::detail::createCPUGenerator(99);
+  auto tokens = torch::randint(0, 256, {3, 17}, gen, torch::kLong);
+  auto out = model->forward(tokens.narrow(1, 0, 16));
+  auto loss = model->loss(out, tokens.narrow(1, 1, 16));
+  // The recomputed parts are single nodes of the graph: one per layer (block, or attention).
+  int recompute_nodes = 0;
+  std::vector<torch::autograd::Node*> stack{loss.loss.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!stack.empty()) {
+    auto* node = stack.back();
+    stack.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    if (node->name().find("RecomputeFunction") != std::string::npos) ++recompute_nodes;
+    for (const auto& edge : node->next_edges()) stack.push_back(edge.function.get());
+  }
+  EXPECT_EQ(recompute_nodes, recompute == "none" ? 0 : 2) << recompute;
+  loss.loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+  // The generator's state after forward and backward: recomputation must leave it as it was.
+  grads.push_back(torch::rand({4}));
+  return {loss.loss_sum, grads};
+}
+
+TEST(GptRecompute, GradientsEqualThoseWithoutRecomputation) {
+  for (double dropout : {0.0, 0.2}) {
+    auto [loss, reference] = gradients("none", dropout, 5);
+    for (const char* mode : {"block", "attention"}) {
+      auto [loss_r, grads] = gradients(mode, dropout, 5);
+      EXPECT_EQ(loss_r, loss) << mode << " dropout " << dropout;
+      ASSERT_EQ(grads.size(), reference.size());
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        EXPECT_LE((grads[i] - reference[i]).abs().max().item<double>(), 1e-6)
+            << mode << " dropout " << dropout << ": gradient " << i << " of " << grads.size();
+      }
+    }
+  }
+  // And dropout actually changes the gradients (so the test above could see wrong masks).
+  auto a = gradients("none", 0.2, 5).second;
+  auto b = gradients("none", 0.2, 6).second;
+  EXPECT_GT((a[0] - b[0]).abs().max().item<double>(), 1e-4);
 }
 
 TEST(GptConfig, ValidTensorParallelSizesNeedACommunicator) {
@@ -66,7 +134,7 @@ TEST(GptConfig, DefaultsAreRecorded) {
   EXPECT_EQ(o.mlp_width(), 4 * o.width);
   const std::string dump = config.dump();
   for (const char* key : {"vocab_size", "seq_len", "layers", "heads", "width", "mlp_ratio",
-                          "tied_embeddings", "dropout", "attention"}) {
+                          "tied_embeddings", "dropout", "attention", "recompute"}) {
     EXPECT_NE(dump.find(key), std::string::npos) << key << " missing from\n" << dump;
   }
 }

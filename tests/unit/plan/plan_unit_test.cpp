@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/runtime/error.hpp"
 
 namespace hpctrain::plan {
@@ -226,6 +227,66 @@ TEST(PlanCalibration, LedgerProblemsNameTheField) {
   j = ledger_json();
   j["steps"] = 0;
   EXPECT_THROW(read_ledger_calibration(j, "run/ledger.json"), ConfigError);
+}
+
+TEST(PlanMemory, BytesPerParameterFollowMegatronsTable) {
+  // Megatron-LM's distributed optimizer: float32 weights and gradients with Adam, 16 B unsharded
+  // and 8 + 8 / dp sharded; bf16 weights with float32 gradients and master weights, 18 vs
+  // 6 + 12 / dp.
+  for (int dp : {1, 2, 4, 8}) {
+    EXPECT_DOUBLE_EQ(parameter_bytes(WeightLayout::kFloat32, "adam", dp, false).total(), 16);
+    EXPECT_DOUBLE_EQ(parameter_bytes(WeightLayout::kFloat32, "adamw", dp, true).total(),
+                     8 + 8.0 / dp);
+    EXPECT_DOUBLE_EQ(
+        parameter_bytes(WeightLayout::kBf16WithFloat32Master, "adam", dp, false).total(), 18);
+    EXPECT_DOUBLE_EQ(
+        parameter_bytes(WeightLayout::kBf16WithFloat32Master, "adam", dp, true).total(),
+        6 + 12.0 / dp);
+  }
+  EXPECT_DOUBLE_EQ(parameter_bytes(WeightLayout::kFloat32, "sgd-momentum", 4, true).total(), 9);
+  EXPECT_DOUBLE_EQ(parameter_bytes(WeightLayout::kFloat32, "sgd", 4, true).total(), 8);
+  EXPECT_THROW(parameter_bytes(WeightLayout::kFloat32, "adam", 0, true), ConfigError);
+  EXPECT_THROW(parameter_bytes(WeightLayout::kFloat32, "lamb", 2, true), ConfigError);
+}
+
+TEST(PlanMemory, ActivationsShrinkWithRecomputationAndTensorParallelism) {
+  TransformerShape s;
+  s.layers = 12;
+  s.width = 768;
+  s.seq_len = 1024;
+  s.vocab_size = 50304;
+  const auto none = gpt_activation_bytes(s, 12, 8, 1, 4, false, RecomputeMode::kNone);
+  // Per token per layer: 16 D values (F = 4 D) and H x T probabilities, float32.
+  EXPECT_DOUBLE_EQ(none.per_layer, 8.0 * 1024 * (16.0 * 768 + 12.0 * 1024) * 4);
+  EXPECT_DOUBLE_EQ(none.layers, 12 * none.per_layer);
+  const auto block = gpt_activation_bytes(s, 12, 8, 1, 4, false, RecomputeMode::kBlock);
+  EXPECT_DOUBLE_EQ(block.per_layer, 8.0 * 1024 * 768 * 4);
+  EXPECT_DOUBLE_EQ(block.layers, 12 * block.per_layer + none.per_layer);
+  const auto attention = gpt_activation_bytes(s, 12, 8, 1, 4, false, RecomputeMode::kAttention);
+  EXPECT_DOUBLE_EQ(attention.per_layer, 8.0 * 1024 * 16.0 * 768 * 4);
+  EXPECT_LT(block.total(), attention.total());
+  EXPECT_LT(attention.total(), none.total());
+  EXPECT_DOUBLE_EQ(none.head, 8.0 * 1024 * (3 * 768 * 4 + 2 * 50304.0 * 4));
+  // Dropout adds the dropped probabilities and one-byte masks; tp splits the sharded part.
+  EXPECT_GT(gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kNone).per_layer,
+            none.per_layer);
+  EXPECT_LT(gpt_activation_bytes(s, 12, 8, 2, 4, false, RecomputeMode::kNone).per_layer,
+            none.per_layer);
+  EXPECT_THROW(gpt_activation_bytes(s, 12, 0, 1, 4, false, RecomputeMode::kNone), ConfigError);
+}
+
+TEST(PlanMemory, DeviceMemorySizesParse) {
+  EXPECT_DOUBLE_EQ(parse_bytes("80GiB", "--device-memory"), 80.0 * (1ull << 30));
+  EXPECT_DOUBLE_EQ(parse_bytes("141 GB", "--device-memory"), 141e9);
+  EXPECT_DOUBLE_EQ(parse_bytes("1.5e9", "--device-memory"), 1.5e9);
+  for (const char* bad : {"", "80 gallons", "-1GiB", "GiB"}) {
+    try {
+      parse_bytes(bad, "--device-memory");
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--device-memory"), std::string::npos);
+    }
+  }
 }
 
 }  // namespace

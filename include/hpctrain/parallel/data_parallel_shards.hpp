@@ -1,0 +1,62 @@
+#pragma once
+// Which part of the flat buffers this data-parallel rank owns when the optimizer state is sharded
+// (parallel.shard_optimizer, ZeRO stage 1): every gradient bucket (padded to a multiple of the dp
+// size by FlatLayout) splits into dp equal chunks, and dp rank r owns chunk r of each. The bucket
+// reduce-scatter leaves the averaged gradient of exactly those chunks; the optimizer updates only
+// them and keeps its state (moments, momentum) for them alone, packed one chunk after another;
+// the updated parameters are then all-gathered bucket by bucket. Checkpoints still store logical
+// tensors: gather_state() builds the full state for a save, scatter_state() takes a rank's chunks
+// back out of a loaded one, so a checkpoint does not depend on the dp size or on sharding.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/parallel/flat_parameters.hpp"
+
+namespace hpctrain::parallel {
+
+/// A range of elements of the flat buffers.
+struct FlatRange {
+  std::int64_t offset = 0;
+  std::int64_t numel = 0;
+};
+
+class DataParallelShards {
+ public:
+  /// `bucket_offsets` and `bucket_sizes`: the synchronizer's buckets, each size a multiple of
+  /// dp->size() (throws Error otherwise). Local.
+  DataParallelShards(FlatParameters& flat, const std::vector<std::int64_t>& bucket_offsets,
+                     const std::vector<std::int64_t>& bucket_sizes,
+                     std::shared_ptr<comm::Communicator> dp);
+
+  /// This rank's chunk of every bucket, in flat order. Local.
+  const std::vector<FlatRange>& owned() const { return owned_; }
+  /// Elements owned in all (the length of the packed optimizer state). Local.
+  std::int64_t owned_numel() const { return owned_numel_; }
+  /// Sum of squares of the owned gradient elements, in double; elements of the flat entries in
+  /// `weighted` count `weight` times instead of once (tensor-parallel replicas). Local.
+  double owned_grad_square_sum(const std::vector<std::size_t>& weighted, double weight) const;
+  /// Multiplies the owned gradient elements by `factor` (clipping). Local.
+  void scale_owned_grads(double factor);
+  /// All-gathers the parameters of every bucket (each rank contributes its updated chunks) and
+  /// returns the seconds it took. Collective over the dp group.
+  double all_gather_parameters();
+  /// The full flat-layout tensor (flat.numel() elements, padding zero) of packed state `packed`
+  /// (owned_numel() elements): every rank's chunks gathered. Collective over the dp group.
+  torch::Tensor gather_state(const torch::Tensor& packed);
+  /// Copies this rank's chunks of the flat-layout tensor `full` into `packed`. Local.
+  void scatter_state(const torch::Tensor& full, torch::Tensor& packed) const;
+
+ private:
+  FlatParameters& flat_;
+  std::shared_ptr<comm::Communicator> dp_;
+  std::vector<FlatRange> buckets_;
+  std::vector<FlatRange> owned_;
+  std::int64_t owned_numel_ = 0;
+};
+
+}  // namespace hpctrain::parallel

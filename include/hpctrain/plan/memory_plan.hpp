@@ -1,0 +1,66 @@
+#pragma once
+// Memory per device of a training run (docs/PLAN.md, "Memory"): bytes per parameter for the
+// weights, gradients and optimizer state with and without sharding the optimizer state over the
+// data-parallel group (the table of Megatron-LM's distributed optimizer), and an estimate of the
+// activations one micro-batch of hpctrain's gpt keeps for backward, with and without activation
+// recomputation. Pure arithmetic: no LibTorch, MPI or HDF5. Local.
+
+#include <cstdint>
+#include <string>
+
+#include "hpctrain/plan/compute_plan.hpp"
+
+namespace hpctrain::plan {
+
+/// How weights and gradients are stored.
+enum class WeightLayout {
+  /// float32 weights and gradients; hpctrain's layout, bf16 autocast included (it casts the
+  /// float32 weights on the fly).
+  kFloat32,
+  /// bf16 weights, float32 gradients and float32 master weights kept with the optimizer state
+  /// (Megatron-LM's bf16 layout; shown for comparison).
+  kBf16WithFloat32Master,
+};
+
+/// Bytes per parameter, split the way the state is kept.
+struct ParameterBytes {
+  double weights = 0;    ///< replicated over dp
+  double gradients = 0;  ///< replicated over dp
+  double sharded = 0;    ///< optimizer state (and master weights) per dp rank, after sharding
+  /// Everything per parameter on one device.
+  double total() const { return weights + gradients + sharded; }
+};
+
+/// Bytes per parameter for `optimizer` (optimizer_state_bytes_per_parameter names) on one device
+/// of a dp group of `dp` ranks: with `shard`, the optimizer state (and master weights) is divided
+/// by dp. float32 with Adam: 16 unsharded, 8 + 8 / dp sharded; bf16 with float32 master weights:
+/// 18 vs 6 + 12 / dp. Throws ConfigError for dp < 1 or an unknown optimizer. Local.
+ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer, int dp,
+                               bool shard);
+
+/// What the gpt keeps for backward (model.recompute).
+enum class RecomputeMode { kNone, kBlock, kAttention };
+
+/// Activations of one micro-batch of the gpt on one tp rank, in bytes.
+struct ActivationBytes {
+  double per_layer = 0;  ///< one block, as kept for backward
+  double layers = 0;     ///< all blocks (with recomputation: their inputs, plus one block's
+                         ///< full activations, which backward rebuilds one block at a time)
+  double head = 0;       ///< embeddings, final norm, logits and the cross entropy
+  double total() const { return layers + head; }
+};
+
+/// Estimate for micro-batch `batch` sequences of the shape's seq_len tokens, `heads` attention
+/// heads, `tp` ranks, activations of `element_bytes` (4 float32, 2 bf16), and `dropout` > 0
+/// (masks and dropped copies). Counts the tensors LibTorch saves for backward in the gpt's block
+/// (model/gpt_block.cpp): per token 8 D + 2 F values of which 3 D + D + 2 F are split over tp,
+/// plus heads x T attention probabilities (split over tp). Throws ConfigError for sizes < 1.
+/// Local.
+ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t heads,
+                                     std::int64_t batch, int tp, double element_bytes, bool dropout,
+                                     RecomputeMode mode);
+
+/// "80GiB", "141 GB", "1.5e9" (bytes) -> bytes. Throws ConfigError naming `what`. Local.
+double parse_bytes(const std::string& text, const std::string& what);
+
+}  // namespace hpctrain::plan

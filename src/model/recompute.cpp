@@ -1,0 +1,125 @@
+#include "hpctrain/model/recompute.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <mutex>
+
+#include "hpctrain/compat/torch_compat.hpp"
+
+namespace hpctrain::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The function travels to backward inside the autograd context (as a capsule).
+struct FnHolder : torch::CustomClassHolder {
+  explicit FnHolder(RecomputedFn f) : fn(std::move(f)) {}
+  RecomputedFn fn;
+};
+
+at::Generator default_generator(const torch::Device& device) {
+  return device.is_cuda() ? at::globalContext().defaultGenerator(device)
+                          : at::detail::getDefaultCPUGenerator();
+}
+
+torch::Tensor rng_state(at::Generator generator) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_rng_state(at::Generator generator, const torch::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+// Puts the generators (CPU, and the inputs' CUDA device) and autocast back as they were when
+// forward ran, and restores the present ones when the recomputation ends, even on error.
+class ReplayScope {
+ public:
+  ReplayScope(AutogradContext* ctx, const torch::Device& device)
+      : device_(device),
+        cpu_now_(rng_state(default_generator(torch::kCPU))),
+        cpu_autocast_(compat::cpu_autocast_enabled()),
+        cuda_autocast_(device.is_cuda() && compat::cuda_autocast_enabled()) {
+    set_rng_state(default_generator(torch::kCPU), ctx->saved_data["cpu_rng"].toTensor());
+    if (device_.is_cuda()) {
+      cuda_now_ = rng_state(default_generator(device_));
+      set_rng_state(default_generator(device_), ctx->saved_data["cuda_rng"].toTensor());
+      compat::set_cuda_autocast(ctx->saved_data["autocast"].toBool(), at::kBFloat16);
+    } else {
+      compat::set_cpu_autocast(ctx->saved_data["autocast"].toBool(), at::kBFloat16);
+    }
+  }
+  ~ReplayScope() {
+    set_rng_state(default_generator(torch::kCPU), cpu_now_);
+    if (device_.is_cuda()) {
+      set_rng_state(default_generator(device_), cuda_now_);
+      compat::set_cuda_autocast(cuda_autocast_, at::kBFloat16);
+    } else {
+      compat::set_cpu_autocast(cpu_autocast_, at::kBFloat16);
+    }
+    compat::clear_autocast_cache();
+  }
+
+ private:
+  torch::Device device_;
+  torch::Tensor cpu_now_;
+  torch::Tensor cuda_now_;
+  bool cpu_autocast_;
+  bool cuda_autocast_;
+};
+
+class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
+ public:
+  // The inputs come as a TensorList: that is what autograd records as inputs (a std::vector
+  // would be taken for a non-tensor argument).
+  static variable_list forward(AutogradContext* ctx, at::TensorList input_list,
+                               c10::intrusive_ptr<FnHolder> holder) {
+    const variable_list inputs(input_list.begin(), input_list.end());
+    const torch::Device device = inputs.at(0).device();
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
+    ctx->saved_data["cpu_rng"] = rng_state(default_generator(torch::kCPU));
+    if (device.is_cuda()) ctx->saved_data["cuda_rng"] = rng_state(default_generator(device));
+    ctx->saved_data["autocast"] =
+        device.is_cuda() ? compat::cuda_autocast_enabled() : compat::cpu_autocast_enabled();
+    ctx->save_for_backward(inputs);
+    // Function::apply runs this with grad mode off: fn keeps no graph and no activations.
+    return {holder->fn(inputs)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    auto holder = ctx->saved_data["fn"].toCapsule();
+    auto* fn_holder = static_cast<FnHolder*>(holder.get());
+    std::vector<torch::Tensor> inputs;
+    for (const auto& t : saved) inputs.push_back(t.detach().requires_grad_(t.requires_grad()));
+    torch::Tensor output;
+    {
+      ReplayScope replay(ctx, saved.at(0).device());
+      torch::AutoGradMode grad_on(true);
+      output = fn_holder->fn(inputs);
+    }
+    // A nested backward through the recomputed graph: parameter gradients accumulate into their
+    // .grad as in an ordinary backward, the inputs' gradients are returned.
+    torch::autograd::backward({output}, {grad_outputs.at(0)});
+    variable_list grads;
+    for (const auto& t : inputs) grads.push_back(t.requires_grad() ? t.grad() : torch::Tensor());
+    grads.emplace_back();  // the function holder
+    return grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor recompute(const RecomputedFn& fn, const std::vector<torch::Tensor>& inputs) {
+  bool any_grad = false;
+  for (const auto& t : inputs) any_grad = any_grad || t.requires_grad();
+  if (!torch::GradMode::is_enabled() || !any_grad) return fn(inputs);
+  auto holder = c10::make_intrusive<FnHolder>(fn);
+  return RecomputeFunction::apply(at::TensorList(inputs), holder)[0];
+}
+
+}  // namespace hpctrain::model

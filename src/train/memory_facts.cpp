@@ -1,0 +1,41 @@
+#include "memory_facts.hpp"
+
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/train/optimizer.hpp"
+
+namespace hpctrain::train {
+
+void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatParameters& flat,
+                      Optimizer& optimizer, const TrainConfig& cfg) {
+  const auto element = static_cast<std::int64_t>(flat.params().element_size());
+  facts.parameter_bytes = flat.numel() * element;
+  facts.gradient_bytes = flat.numel() * element;
+  facts.optimizer_state_bytes = 0;
+  for (const auto& item : optimizer.state()) {
+    facts.optimizer_state_bytes +=
+        item.second.numel() * static_cast<std::int64_t>(item.second.element_size());
+  }
+  facts.shard_optimizer = optimizer.sharded();
+  const auto* gpt = dynamic_cast<const model::Gpt*>(&model);
+  if (!gpt) return;
+  const model::GptOptions& g = gpt->options();
+  plan::RecomputeMode mode = plan::RecomputeMode::kNone;
+  facts.recompute = "none";
+  if (g.recompute == model::Recompute::kBlock) {
+    mode = plan::RecomputeMode::kBlock;
+    facts.recompute = "block";
+  } else if (g.recompute == model::Recompute::kAttention) {
+    mode = plan::RecomputeMode::kAttention;
+    facts.recompute = "attention";
+  }
+  const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
+                                     g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+  facts.activation_bytes_estimate =
+      plan::gpt_activation_bytes(shape, g.heads, cfg.data.batch_size, facts.tp,
+                                 cfg.run.precision == Precision::kBf16 ? 2 : 4, g.dropout > 0, mode)
+          .total();
+}
+
+}  // namespace hpctrain::train
