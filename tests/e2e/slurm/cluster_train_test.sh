@@ -44,7 +44,9 @@ echo "OpenMPI's TCP connections: $(grep -Eo "^\[n[12]:[0-9]+\] btl:tcp: now conn
 same_run() {
   $PY - "$1" "$2" <<'PY' || fail "$2: metrics differ from $1"
 import json, sys
-timing = {"samples_per_s", "step_time", "data_wait", "comm_time", "time", "seconds", "wall_s"}
+# Measurements of the machine (timings, rates derived from them, the resource monitor) differ by run.
+timing = {"samples_per_s", "step_time", "data_wait", "comm_time", "time", "seconds", "wall_s",
+          "model_flops_per_s", "tokens_per_s", "mfu", "resources"}
 def records(run):
     out = []
     for line in open(f"{run}/metrics.jsonl"):
