@@ -23,7 +23,7 @@ kit=$(realpath -m "${1:-gpu-kit}")
 limit_mib=48
 arch=x86_64-linux-gnu
 primary=(libopenmpi-dev libopenmpi3 openmpi-bin openmpi-common libhdf5-openmpi-dev
-  libhdf5-openmpi-103-1 libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev
+  libhdf5-openmpi-103-1 libhdf5-openmpi-hl-100 libyaml-cpp-dev libyaml-cpp0.7 libcli11-dev nlohmann-json3-dev
   libxxhash-dev libxxhash0 libgtest-dev libhwloc-dev libevent-dev libpmix-dev zlib1g-dev
   libaec-dev)
 # Present on any Linux machine that runs PyTorch: never shipped.
@@ -54,8 +54,8 @@ drop_components() {
     -o -name 'mca_btl_uct*' -o -name 'mca_*psm*' -o -name 'mca_*verbs*' -o -name 'mca_*portals*' \
     -o -name 'libmca_common_ofi*' -o -name 'libmca_common_ucx*' -o -name 'libmca_common_verbs*' \
     -o -name 'mca_btl_usnic*' -o -name 'mca_*fca*' -o -name 'mca_*hcoll*' \) -delete
-  # HDF5's C++ and high-level bindings: hpctrain uses the C API only.
-  find "$kit/prefix" \( -name 'libhdf5_openmpi_cpp*' -o -name 'libhdf5_openmpi_hl*' \) -delete
+  # HDF5's C++ bindings: hpctrain uses the C API (h5pcc links the C high-level library too).
+  find "$kit/prefix" \( -name 'libhdf5_openmpi_cpp*' -o -name 'libhdf5_openmpi_hl_cpp*' \) -delete
 }
 drop_components
 # The closure of shared libraries: what the kit's ELF files need, resolved on this machine, owned
@@ -132,11 +132,13 @@ done < <(find "$pre" -type l)
 for f in "$pre"/usr/share/openmpi/*-wrapper-data.txt; do
   [[ -f $f ]] && sed -i "s|^includedir=.*|includedir=\${prefix}/include/$arch/openmpi|" "$f"
 done
-# h5pcc also names libcrypto and libcurl (HDF5's read-only S3 driver) for static links: libhdf5.so
+# The kit keeps HDF5's shared library only (h5pcc links it, not the static one); h5pcc also
+# names libcrypto and libcurl (HDF5's read-only S3 driver) for static links: libhdf5.so
 # records them itself, and a machine without their development links could not link them.
 if [[ -f $pre/usr/bin/h5pcc.openmpi ]]; then
-  sed -i -e "s|/usr/|$pre/usr/|g" -e 's|^H5BLD_LIBS=.*|H5BLD_LIBS="-lsz -lz -ldl -lm "|' \
-    "$pre/usr/bin/h5pcc.openmpi"
+  sed -i -e "s|^prefix=\"/usr\"|prefix=\"$pre/usr\"|" -e "s|/usr/|$pre/usr/|g" \
+    -e 's|^H5BLD_LIBS=.*|H5BLD_LIBS="-lsz -lz -ldl -lm "|' \
+    -e 's|^STATIC_AVAILABLE="yes"|STATIC_AVAILABLE="no"|' "$pre/usr/bin/h5pcc.openmpi"
 fi
 size_mib=$(($(du -sk "$kit/prefix" | cut -f1) / 1024))
 echo "gpu_kit: $kit/prefix: $(find "$kit/prefix" -type f | wc -l) files, $size_mib MiB (limit $limit_mib)"
@@ -205,7 +207,8 @@ cmake --build "$build" -j "$(nproc)" --target "${HPCTRAIN_KIT_TARGETS:-hpctrain}
 }
 problems=0
 # Headers: ninja's dependency records of every object.
-if ninja -C "$build" -t deps 2>/dev/null | grep -E '^\s+/usr/include/(openmpi|x86_64-linux-gnu/openmpi|hdf5|yaml-cpp|CLI|nlohmann|xxhash|gtest|gmock|zlib|mpi)' |
+if (cd "$build" && ninja -t deps 2>/dev/null | awk '/^ / {print $1}' | xargs -r realpath -m) |
+  grep -E '^/usr/include/(openmpi|x86_64-linux-gnu/openmpi|hdf5|yaml-cpp|CLI|nlohmann|xxhash|gtest|gmock|zlib|mpi)' |
   sort -u | head -5 | grep .; then
   echo "gpu_kit --verify: the headers above came from this machine, not the kit" >&2
   problems=1
