@@ -15,6 +15,17 @@ fail() {
   FAILURES=$((FAILURES + 1))
 }
 
+# skip_test REASON: reports the test skipped (exit 77, every caller's SKIP_RETURN_CODE) with its
+# reason, unless a check already failed: then it fails, so a skip never hides a failure.
+skip_test() {
+  if ((FAILURES > 0)); then
+    echo "FAIL: $FAILURES check(s) failed before the test had to stop: $*" >&2
+    exit 1
+  fi
+  echo "SKIP: $*"
+  exit 77
+}
+
 # mpirun_np N CMD...: runs CMD on N ranks.
 mpirun_np() {
   local n=$1

@@ -21,17 +21,14 @@ cluster_up() {
   local c
   for c in slurmctld slurmd munged srun sbatch ip unshare nsenter flock; do
     if ! command -v "$c" >/dev/null 2>&1; then
-      echo "SKIP: '$c' not found (scripts/setup.sh installs slurm-wlm, munge, iproute2 and util-linux)"
-      exit $CLUSTER_SKIP
+      skip_test "'$c' not found (scripts/setup.sh installs slurm-wlm, munge, iproute2 and util-linux)"
     fi
   done
   if [[ $(id -u) -ne 0 ]]; then
-    echo "SKIP: the multi-node Slurm needs root (network namespaces, Slurm daemons)"
-    exit $CLUSTER_SKIP
+    skip_test "the multi-node Slurm needs root (network namespaces, Slurm daemons)"
   fi
   if ! unshare --net --uts true 2>"$TMP/unshare.txt"; then
-    echo "SKIP: cannot create network namespaces here: $(cat "$TMP/unshare.txt")"
-    exit $CLUSTER_SKIP
+    skip_test "cannot create network namespaces here: $(cat "$TMP/unshare.txt")"
   fi
   local v
   for v in $(compgen -e); do
@@ -52,8 +49,7 @@ cluster_up() {
     >"$TMP/cluster-start.txt" 2>&1
   local rc=$?
   if ((rc == 4)); then
-    echo "SKIP: another Slurm kept running on this machine for 150 s: $(grep -o 'another Slurm runs[^)]*)' "$TMP/cluster-start.txt")"
-    exit $CLUSTER_SKIP
+    skip_test "another Slurm kept running on this machine for 150 s: $(grep -o 'another Slurm runs[^)]*)' "$TMP/cluster-start.txt")"
   elif ((rc != 0)); then
     echo "FAIL: scripts/slurm-cluster.sh start failed:" >&2
     sed 's/^/    | /' "$TMP/cluster-start.txt" >&2

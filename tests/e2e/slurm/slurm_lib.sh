@@ -21,13 +21,11 @@ slurm_up() {
   local c
   for c in slurmctld slurmd munged srun sbatch; do
     if ! command -v "$c" >/dev/null 2>&1; then
-      echo "SKIP: '$c' not found (scripts/setup.sh installs slurm-wlm and munge)"
-      exit $SLURM_SKIP
+      skip_test "'$c' not found (scripts/setup.sh installs slurm-wlm and munge)"
     fi
   done
   if [[ $(id -u) -ne 0 ]]; then
-    echo "SKIP: the local Slurm needs root to start its daemons"
-    exit $SLURM_SKIP
+    skip_test "the local Slurm needs root to start its daemons"
   fi
   # A test run inside a real Slurm job must not talk to that cluster's allocation.
   local v

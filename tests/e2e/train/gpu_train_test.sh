@@ -5,8 +5,8 @@
 source "$(dirname "$0")/../lib.sh"
 "$HPCTRAIN_BIN" env >"$TMP/env.txt" 2>&1 || fail "hpctrain env failed"
 if ! grep -qE "^\s*cuda_available\s+true" "$TMP/env.txt"; then
-  echo "SKIP: no CUDA device visible to this hpctrain (LibTorch $(awk '/libtorch_version/ {print $2}' "$TMP/env.txt"), cuda_available false)"
-  exit 77
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  skip_test "no CUDA device visible to this hpctrain (LibTorch $(awk '/libtorch_version/ {print $2}' "$TMP/env.txt"), cuda_available false; nvidia-smi lists $gpus GPU(s)$( ((gpus > 0)) && echo ': build against a CUDA LibTorch to test them'))"
 fi
 grep -qE "^\s*nccl_compiled\s+true" "$TMP/env.txt" || fail "a CUDA LibTorch but hpctrain was built without NCCL"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist

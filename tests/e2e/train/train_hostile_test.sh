@@ -72,12 +72,12 @@ expect_exit 2 "$TMP/toolong.txt" "$HPCTRAIN_BIN" train "${common[@]}" --set "run
 expect_grep "cannot be used: File name too long \(errno 36\)" "$TMP/toolong.txt"
 no_trace "$TMP/toolong.txt"
 mkdir -p "$TMP/ro"
-if mount -t tmpfs -o ro,size=1m tmpfs "$TMP/ro" 2>/dev/null; then
+if mount -t tmpfs -o ro,size=1m tmpfs "$TMP/ro" 2>"$TMP/mount.txt"; then
   expect_exit 2 "$TMP/ro.txt" "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/ro/run"
   expect_grep "run.dir = $TMP/ro/run cannot be used: Read-only file system \(errno 30\)" "$TMP/ro.txt"
   umount "$TMP/ro"
 else
-  echo "note: cannot mount a read-only tmpfs here (not root?): read-only run.dir case skipped"
+  echo "note: read-only run.dir case skipped: cannot mount a read-only tmpfs here: $(tr '\n' ' ' <"$TMP/mount.txt")"
 fi
 
 # ledger.json that cannot be written (a directory in its place): warned, and the exit is not 0.
