@@ -184,6 +184,16 @@ std::optional<std::string> read_latest(const std::string& run_dir) {
   return checkpoints_dir(run_dir) + "/" + text;
 }
 
+std::string checkpoint_dir_of(const std::string& path) {
+  if (std::filesystem::exists(path + "/manifest.json")) return path;
+  for (const std::string& run : {path, std::filesystem::path(path).parent_path().string()}) {
+    if (auto latest = read_latest(run)) return *latest;
+  }
+  throw CheckpointError(str(path,
+                            " is neither a checkpoint (no manifest.json) nor a run directory "
+                            "with a checkpoints/latest pointer: pass a step_<N> directory"));
+}
+
 ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume) {
   ResumeChoice choice;
   if (resume.empty() || resume == "none") return choice;

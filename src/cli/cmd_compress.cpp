@@ -32,16 +32,6 @@ struct CompressArgs {
 CompressArgs g_compress;
 CLI::App* g_app = nullptr;
 
-std::string checkpoint_dir(const std::string& path) {
-  if (fs::exists(path + "/manifest.json")) return path;
-  for (const std::string& run : {path, fs::path(path).parent_path().string()}) {
-    if (auto latest = checkpoint::read_latest(run)) return *latest;
-  }
-  throw CheckpointError(str(path,
-                            " is neither a checkpoint (no manifest.json) nor a run directory "
-                            "with a checkpoints/latest pointer: pass a step_<N> directory"));
-}
-
 int run_compress(CommandContext& ctx) {
   if (ctx.runtime.world_size() > 1) {
     throw ConfigError("hpctrain compress runs as one process: start it without mpirun/srun");
@@ -57,7 +47,8 @@ int run_compress(CommandContext& ctx) {
   if (g_app->count("--prune-scope") > 0 && spec.prune == 0) {
     throw ConfigError("--prune-scope chooses how --prune spreads its zeros: add --prune SPARSITY");
   }
-  const std::string dir = fs::absolute(checkpoint_dir(g_compress.checkpoint)).lexically_normal();
+  const std::string dir =
+      fs::absolute(checkpoint::checkpoint_dir_of(g_compress.checkpoint)).lexically_normal();
   const auto verification = checkpoint::verify(dir);
   if (!verification.ok) {
     throw CheckpointError(

@@ -39,17 +39,6 @@ struct ExportArgs {
 };
 ExportArgs g_export;
 
-// A step_<N> directory as given, or the one a run directory's (or its checkpoints/) `latest` names.
-std::string checkpoint_dir(const std::string& path) {
-  if (fs::exists(path + "/manifest.json")) return path;
-  for (const std::string& run : {path, fs::path(path).parent_path().string()}) {
-    if (auto latest = checkpoint::read_latest(run)) return *latest;
-  }
-  throw CheckpointError(str(path,
-                            " is neither a checkpoint (no manifest.json) nor a run directory "
-                            "with a checkpoints/latest pointer: pass a step_<N> directory"));
-}
-
 // The interpreter and the scripts/ directory: HPCTRAIN_PYTHON and HPCTRAIN_SCRIPTS_DIR when set
 // (an installed hpctrain without its source tree), else Debian's python3 and this source tree's.
 std::string env_or(const char* name, const std::string& fallback) {
@@ -89,7 +78,7 @@ int run_export(CommandContext& ctx) {
   if (ctx.runtime.world_size() > 1) {
     throw ConfigError("hpctrain export runs as one process: start it without mpirun/srun");
   }
-  const std::string dir = checkpoint_dir(g_export.checkpoint);
+  const std::string dir = checkpoint::checkpoint_dir_of(g_export.checkpoint);
   const auto verification = checkpoint::verify(dir);
   if (!verification.ok) {
     throw CheckpointError(

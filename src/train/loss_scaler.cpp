@@ -63,7 +63,7 @@ nlohmann::json LossScaler::to_json() const {
 
 void LossScaler::restore(const nlohmann::json& j) {
   if (j.is_null()) return;
-  auto bad = [](const char* what) {
+  auto bad = [](const std::string& what) {
     return CheckpointError(str("manifest.json: trainer_state.loss_scaler", what,
                                ": the manifest was edited or was not written by hpctrain train; "
                                "resume from another checkpoint"));
@@ -75,8 +75,7 @@ void LossScaler::restore(const nlohmann::json& j) {
   }
   for (const char* key : {"good_steps", "skipped"}) {
     if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<std::int64_t>() < 0) {
-      throw bad(key[0] == 'g' ? ".good_steps should be a non-negative integer"
-                              : ".skipped should be a non-negative integer");
+      throw bad(str(".", key, " should be a non-negative integer"));
     }
   }
   scale_ = j.at("scale").get<double>();

@@ -39,6 +39,11 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 /// does not check that the directory exists.
 std::optional<std::string> read_latest(const std::string& run_dir);
 
+/// `path` itself when it is a checkpoint directory (has a manifest.json), else the checkpoint the
+/// `latest` pointer of `path` (a run directory) or of its parent (a checkpoints/ directory)
+/// names. Throws CheckpointError saying what to pass otherwise. Local; does not verify.
+std::string checkpoint_dir_of(const std::string& path);
+
 /// What CheckpointManager::resolve() decides, computed locally (it runs this on world rank 0
 /// and broadcasts the result).
 struct ResumeChoice {
