@@ -17,8 +17,9 @@ cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE
   cat "$build_dir.configure.log" >&2
   exit 1
 }
-# HPCTRAIN_BUILD_TARGET (e.g. hpctrain): build only that target and what it needs; the demo builds
-# the executable alone, the test command everything.
+# HPCTRAIN_BUILD_TARGET (e.g. hpctrain, or several separated by spaces): build only those targets
+# and what they need; the demo builds the executable alone, the test command everything.
 target=()
-[[ -n ${HPCTRAIN_BUILD_TARGET:-} ]] && target=(--target "$HPCTRAIN_BUILD_TARGET")
+# shellcheck disable=SC2206  # word splitting is the point: a list of target names
+[[ -n ${HPCTRAIN_BUILD_TARGET:-} ]] && target=(--target ${HPCTRAIN_BUILD_TARGET})
 cmake --build "$build_dir" -j "$jobs" "${target[@]}"

@@ -149,7 +149,7 @@ CommandRegistration reg(
           ->required();
       app.add_flag("!--no-verify", g_args.verify, "Skip reading the files for their checksums");
     },
-    run_inspect_checkpoint);
+    run_inspect_checkpoint, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

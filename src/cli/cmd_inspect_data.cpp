@@ -35,7 +35,7 @@ CommandRegistration reg(
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
     },
-    run_inspect_data);
+    run_inspect_data, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

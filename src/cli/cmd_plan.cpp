@@ -921,7 +921,7 @@ CommandRegistration reg(
           ->check(CLI::NonNegativeNumber);
       app.add_flag("--json", o.json, "Print JSON with every number instead of a table");
     },
-    run_plan);
+    run_plan, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

@@ -70,7 +70,7 @@ CommandRegistration fashion_mnist(
                      "Directory with the IDX files (default: where dpkg -L "
                      "dataset-fashion-mnist puts them)");
     },
-    run_fashion_mnist);
+    run_fashion_mnist, runtime::Runtime::Start::kLocal);
 
 CommandRegistration text(
     "prepare text",
@@ -84,7 +84,7 @@ CommandRegistration text(
                      "Fraction of each file (its tail) that goes to val.h5")
           ->capture_default_str();
     },
-    run_text);
+    run_text, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

@@ -46,7 +46,7 @@ CommandRegistration reg(
           ->required();
       app.add_option("-o,--out", g_report.out, "Output file (default RUN_DIR/report.html)");
     },
-    run_report);
+    run_report, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

@@ -33,7 +33,7 @@ CommandRegistration reg(
       app.add_option("run_dir", g_trace.run_dir, "Run directory holding trace.json")->required();
       app.add_flag("--json", g_trace.json, "Print the summary as JSON");
     },
-    run_trace_summary);
+    run_trace_summary, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

@@ -9,9 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace hpctrain::runtime {
-class Runtime;
-}
+#include "hpctrain/runtime/runtime.hpp"
 
 namespace hpctrain::cli {
 
@@ -35,11 +33,13 @@ struct CommandContext {
 };
 
 /// Registers `path` ("env", "bench allreduce", ...). `add_options` adds the command's options to
-/// its CLI11 app; `run` returns the process exit code. Local (static initialisation).
+/// its CLI11 app; `run` returns the process exit code; `mpi` says whether the command needs MPI
+/// even when started without a launcher (Runtime::Start). Local (static initialisation).
 struct CommandRegistration {
   CommandRegistration(std::string path, std::string description,
                       std::function<void(CLI::App&)> add_options,
-                      std::function<int(CommandContext&)> run);
+                      std::function<int(CommandContext&)> run,
+                      runtime::Runtime::Start mpi = runtime::Runtime::Start::kMpi);
 };
 
 struct RegisteredCommand {
@@ -47,6 +47,8 @@ struct RegisteredCommand {
   std::string description;
   std::function<void(CLI::App&)> add_options;
   std::function<int(CommandContext&)> run;
+  /// How the command uses MPI: kLocal for commands that work in one process.
+  runtime::Runtime::Start mpi = runtime::Runtime::Start::kMpi;
 };
 
 /// Every registered command, in registration order. Local.

@@ -29,8 +29,10 @@ std::vector<RegisteredCommand>& command_registry() {
 
 CommandRegistration::CommandRegistration(std::string path, std::string description,
                                          std::function<void(CLI::App&)> add_options,
-                                         std::function<int(CommandContext&)> run) {
+                                         std::function<int(CommandContext&)> run,
+                                         runtime::Runtime::Start mpi) {
   RegisteredCommand command;
+  command.mpi = mpi;
   std::size_t start = 0;
   while (start <= path.size()) {
     std::size_t space = path.find(' ', start);
@@ -147,7 +149,7 @@ int run_main(int argc, char** argv) {
   }
   if (!chosen) return kExitUsage;
 
-  runtime::Runtime rt(&argc, &argv);
+  runtime::Runtime rt(&argc, &argv, chosen->mpi);
   log::Level level = global.quiet           ? log::Level::kWarn
                      : global.verbosity > 0 ? log::Level::kDebug
                                             : log::Level::kInfo;

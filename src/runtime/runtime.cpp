@@ -5,8 +5,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
+#include "hpctrain/runtime/abort_hooks.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
@@ -31,11 +34,20 @@ std::string detect_launcher() {
 
 }  // namespace
 
-Runtime::Runtime(int* argc, char*** argv) {
+Runtime::Runtime(int* argc, char*** argv, Start start) {
   // Before MPI_Init: a singleton MPI_Init sets launcher variables of its own.
   launcher_ = detect_launcher();
   int already = 0;
   MPI_Initialized(&already);
+  if (start == Start::kLocal && launcher_ == "none" && !already) {
+    char name[256] = {0};
+    if (gethostname(name, sizeof name - 1) == 0) host_ = name;
+    thread_level_ = MPI_THREAD_MULTIPLE;  // no MPI: nothing restricts threads
+    log::configure(world_rank_, host_, log::level(), false);
+    g_current = this;
+    return;
+  }
+  mpi_started_ = true;
   if (!already) {
     int provided = MPI_THREAD_SINGLE;
     int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
@@ -82,6 +94,13 @@ Runtime::~Runtime() {
   if (initialized_here_ && !finalized) MPI_Finalize();
 }
 
+MPI_Comm Runtime::world() const {
+  if (!mpi_started_) {
+    throw Error("internal error: a one-process command asked for MPI_COMM_WORLD without MPI");
+  }
+  return MPI_COMM_WORLD;
+}
+
 Runtime* Runtime::current() {
   return g_current;
 }
@@ -111,7 +130,46 @@ std::string Runtime::thread_level_name(int level) {
   }
 }
 
+namespace {
+struct AbortHooks {
+  std::mutex mutex;
+  std::map<int, std::function<void()>> hooks;
+  int next = 0;
+  bool ran = false;
+};
+AbortHooks& abort_hooks() {
+  static AbortHooks* hooks = new AbortHooks;  // never destroyed: abort may come during exit
+  return *hooks;
+}
+}  // namespace
+
+int add_abort_hook(std::function<void()> hook) {
+  auto& h = abort_hooks();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  h.hooks.emplace(h.next, std::move(hook));
+  return h.next++;
+}
+
+void remove_abort_hook(int id) {
+  auto& h = abort_hooks();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  h.hooks.erase(id);
+}
+
+void run_abort_hooks() {
+  auto& h = abort_hooks();
+  std::map<int, std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    if (h.ran) return;
+    h.ran = true;
+    hooks.swap(h.hooks);
+  }
+  for (auto it = hooks.rbegin(); it != hooks.rend(); ++it) it->second();
+}
+
 void abort_job(int exit_code) {
+  run_abort_hooks();  // e.g. ncclCommAbort: kernels waiting for a lost peer must not hold us
   PeerMonitor::announce_abort();  // an intended end, not a lost rank: the neighbours stay quiet
   std::fflush(stdout);
   std::fflush(stderr);

@@ -11,11 +11,19 @@ namespace hpctrain::runtime {
 /// What the bootstrap found out about this process and its job.
 class Runtime {
  public:
+  /// Whether a command needs MPI.
+  enum class Start {
+    kMpi,    ///< always start MPI (commands that compute together: train, eval, env, bench)
+    kLocal,  ///< one-process commands (inspect, plan, report, export, ...): start MPI only when
+             ///< a launcher started this process. A direct call then skips MPI's singleton
+             ///< start-up (it spawns a daemon: about a second per call).
+  };
   /// Initialises MPI asking for MPI_THREAD_MULTIPLE (falls back to what the library grants and
   /// records it), sets MPI_ERRORS_RETURN on the world communicator, and derives local rank,
   /// local size and node count from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED).
   /// Collective over MPI_COMM_WORLD. Throws CommError if MPI cannot start.
-  Runtime(int* argc, char*** argv);
+  /// With Start::kLocal and no launcher, MPI is not started: one rank, one node, no MPI calls.
+  Runtime(int* argc, char*** argv, Start start = Start::kMpi);
   /// Finalizes MPI if this object initialised it. Collective over MPI_COMM_WORLD.
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -33,7 +41,10 @@ class Runtime {
   bool thread_multiple() const { return thread_level_ == MPI_THREAD_MULTIPLE; }
   /// "mpirun", "srun" or "none" (a single process started directly).
   const std::string& launcher() const { return launcher_; }
-  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  /// Whether MPI runs in this process (see Start).
+  bool mpi_started() const { return mpi_started_; }
+  /// MPI_COMM_WORLD. Throws Error (an internal error) when MPI was not started.
+  MPI_Comm world() const;
   /// Ranks sharing this node, ordered by world rank.
   MPI_Comm node_comm() const { return node_comm_; }
 
@@ -54,6 +65,7 @@ class Runtime {
   int node_count_ = 1;
   int thread_level_ = MPI_THREAD_SINGLE;
   bool initialized_here_ = false;
+  bool mpi_started_ = false;
   std::string host_;
   std::string launcher_;
   MPI_Comm node_comm_ = MPI_COMM_NULL;

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
+#include "hpctrain/runtime/abort_hooks.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -90,6 +93,20 @@ TEST(StopSignals, OutsideTheStepLoopASignalExitsAt75) {
   runtime::install_stop_signal_handlers();
   { runtime::StopModeScope agree(runtime::StopMode::kAgree); }
   EXPECT_EQ(runtime::stop_mode(), runtime::StopMode::kExit);
+}
+
+// Issue 12: a watchdog abort cancels pending communicator work (ncclCommAbort) before the job
+// ends: the hooks run, newest first, and one that was removed does not.
+TEST(AbortJob, RunsTheRegisteredHooksFirst) {
+  EXPECT_EXIT(
+      {
+        runtime::add_abort_hook([] { std::fputs("first hook\n", stderr); });
+        const int gone = runtime::add_abort_hook([] { std::fputs("removed hook\n", stderr); });
+        runtime::add_abort_hook([] { std::fputs("second hook\n", stderr); });
+        runtime::remove_abort_hook(gone);
+        runtime::abort_job(7);
+      },
+      ::testing::ExitedWithCode(7), "^second hook\nfirst hook\n$");
 }
 
 }  // namespace
