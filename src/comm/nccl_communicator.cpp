@@ -1,6 +1,7 @@
 #include "hpctrain/comm/nccl_communicator.hpp"
 
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/runtime/abort_hooks.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -91,8 +92,12 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm_));
     HPCTRAIN_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The watchdog's abort (a collective past its deadline, a lost peer) must not wait for NCCL
+    // kernels that will never finish: ncclCommAbort cancels them, as ProcessGroupNCCL does.
+    abort_hook_ = runtime::add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
   }
   ~NcclCommunicator() override {
+    runtime::remove_abort_hook(abort_hook_);
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -249,6 +254,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<NcclWork> last_;
+  int abort_hook_ = -1;
 };
 
 }  // namespace

@@ -7,7 +7,7 @@ namespace hpctrain::data {
 
 TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start,
                          int dp_rank, int dp_size, int prefetch, std::int64_t end_step,
-                         int micro_batches, bool pin_memory)
+                         int micro_batches, InputStaging staging)
     : sampler_(sampler), state_(start), end_step_(end_step), micro_batches_(micro_batches) {
   // Validate the slice and the state here, in the caller's thread, so a mismatch is reported
   // before any batch is read ahead.
@@ -27,7 +27,7 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
   // The producer owns its own sampler copy and state, running ahead of state_; both advance
   // deterministically, so they describe the same stream.
   auto producer = [&dataset, sampler, state = start, dp_rank, dp_size, end_step, micro_batches,
-                   micro, pin_memory,
+                   micro, staging,
                    slice = std::vector<std::int64_t>()](std::int64_t i, Batch& out) mutable {
     const int k = static_cast<int>(i % micro_batches);
     if (k == 0) {
@@ -41,9 +41,12 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
       out = dataset.read(
           std::vector<std::int64_t>(first, first + static_cast<std::ptrdiff_t>(micro)));
     }
-    if (pin_memory) {
+    if (staging == InputStaging::kPinned) {
       out.inputs = out.inputs.pin_memory();
       out.targets = out.targets.pin_memory();
+    } else if (staging == InputStaging::kCopy) {
+      out.inputs = out.inputs.clone(at::MemoryFormat::Contiguous);
+      out.targets = out.targets.clone(at::MemoryFormat::Contiguous);
     }
     return true;
   };

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "hpctrain/comm/control_plane.hpp"
@@ -124,6 +125,29 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
   result.data_wait_seconds = seconds[1];
   result.samples_per_second = result.seconds > 0 ? samples / result.seconds : 0;
   return result;
+}
+
+std::string metrics_text(const EvalResult& r) {
+  char text[192];
+  if (r.task == "language_model") {
+    std::snprintf(text, sizeof text, "loss %.6f, perplexity %.4f, token accuracy %.4f", r.loss,
+                  r.perplexity, r.accuracy);
+  } else if (r.task == "regression") {
+    std::snprintf(text, sizeof text, "mse %.6g, mae %.6g", r.loss, r.mae);
+  } else {
+    std::snprintf(text, sizeof text, "loss %.6f accuracy %.4f", r.loss, r.accuracy);
+  }
+  return text;
+}
+
+std::string metrics_text(const nlohmann::json& record) {
+  EvalResult r;
+  r.task = record.value("task", std::string("classification"));
+  r.loss = record.value("loss", 0.0);
+  r.accuracy = record.value("accuracy", 0.0);
+  r.perplexity = record.value("perplexity", 0.0);
+  r.mae = record.value("mae", 0.0);
+  return metrics_text(r);
 }
 
 void add_result_fields(nlohmann::ordered_json& j, const EvalResult& r) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::eval::detail {
@@ -15,18 +16,9 @@ bool is_lm(const nlohmann::json& r) {
 
 std::string result_line(const nlohmann::ordered_json& r, const std::string& file,
                         const nlohmann::json& best) {
-  char metrics[160];
-  if (r.at("task").get<std::string>() == "language_model") {
-    std::snprintf(metrics, sizeof metrics, "loss %.6f perplexity %.4f accuracy %.4f",
-                  r.at("loss").get<double>(), r.at("perplexity").get<double>(),
-                  r.at("accuracy").get<double>());
-  } else {
-    std::snprintf(metrics, sizeof metrics, "loss %.6f accuracy %.4f", r.at("loss").get<double>(),
-                  r.at("accuracy").get<double>());
-  }
   std::string line =
       str("eval step ", r.at("step").get<std::int64_t>(), " (", r.at("split").get<std::string>(),
-          "): ", metrics, ", ", r.at("samples").get<std::int64_t>(), " samples in ",
+          "): ", metrics_text(r), ", ", r.at("samples").get<std::int64_t>(), " samples in ",
           format_seconds(r.at("eval_seconds").get<double>()), " (",
           static_cast<std::int64_t>(r.at("samples_per_s").get<double>()), " samples/s, batch ",
           r.at("batch_size").get<std::int64_t>(), ", ", r.at("precision").get<std::string>(),

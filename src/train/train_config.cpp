@@ -155,6 +155,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     if (c.debug.extra_memory_mb < 0) s.fail("extra_memory_mb", "must be 0 or more");
     c.debug.overflow_step = s.get<std::int64_t>("overflow_step", c.debug.overflow_step);
     c.debug.overflow_rank = s.get<int>("overflow_rank", c.debug.overflow_rank);
+    c.debug.stage_inputs = s.get<bool>("stage_inputs", c.debug.stage_inputs);
   }
   switch (c.optim.loss_scale.mode) {
     case LossScaleMode::kAuto: c.loss_scaling = c.run.precision == Precision::kFp16; break;

@@ -475,7 +475,9 @@ TrainOutcome Trainer::run() {
   data::TrainLoader loader(
       *m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(), grid.dp_size(), cfg.data.prefetch,
       m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation,
-      /*pin_memory=*/m.device.is_cuda());
+      m.device.is_cuda()       ? data::InputStaging::kPinned
+      : cfg.debug.stage_inputs ? data::InputStaging::kCopy
+                               : data::InputStaging::kNone);
   Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, *m.env.control.world);
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;
@@ -549,6 +551,7 @@ TrainOutcome Trainer::run() {
     log.live(step, m.state.sampler.epoch, r.local_loss, r.lr, interval.samples_per_second(),
              m.monitor->last().rss_bytes);
     if (step % cfg.logging.every_steps == 0 || step == m.total_steps) {
+      m.steps->resolve_phases(m.phases);  // GPU: the device times of the interval's phases
       auto extra = throughput_fields(
           interval.samples_per_second(), m.model->forward_flops_per_sample(),
           m.ledger_facts(0).tokens_per_sample, grid.world_size(), cfg.logging.peak_flops);
@@ -619,6 +622,7 @@ TrainOutcome Trainer::run() {
     m.phases.checkpoint += seconds_since(start);
     record_checkpoint();
   }
+  m.steps->resolve_phases(m.phases);
   m.phases.total_wall = seconds_since(m.started);
   outcome.steps = m.state.step;
   report.finish(outcome, m.phases, m.ledger_facts(m.state.step - first_step),

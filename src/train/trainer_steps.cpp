@@ -27,12 +27,14 @@ namespace hpctrain::train {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+// DeviceTimer slots.
+constexpr int kForward = 0;
+constexpr int kBackward = 1;
+constexpr int kOptimizer = 2;
+constexpr int kCommWait = 3;
 }  // namespace
 
-StepRunner::StepRunner(Parts parts) : p_(parts) {
+StepRunner::StepRunner(Parts parts) : p_(parts), timer_(parts.device.is_cuda()) {
   if (p_.env.grid.tp_size() > 1) {
     const auto& entries = p_.flat.entries();
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -41,8 +43,14 @@ StepRunner::StepRunner(Parts parts) : p_(parts) {
   }
 }
 
-void StepRunner::device_sync() {
-  if (p_.device.is_cuda()) torch::cuda::synchronize();
+void StepRunner::resolve_phases(PhaseSeconds& phases) {
+  const auto t = timer_.resolve();
+  phases.forward += t[kForward];
+  phases.backward += t[kBackward];
+  phases.optimizer += t[kOptimizer];
+  // On CPU the finalizer's own wait is the exposed communication (added per step); with device
+  // events it is the compute stream's wait for the communication stream.
+  if (timer_.uses_events()) phases.comm_wait += t[kCommWait];
 }
 
 double StepRunner::global_grad_norm() {
@@ -110,6 +118,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
     }
     auto t0 = Clock::now();
+    const int m0 = timer_.mark();
     model::LossOutput out;
     {
       compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
@@ -123,15 +132,14 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     }
     if (k_total > 1) loss = loss / static_cast<double>(k_total);
     if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
-    device_sync();
-    phases.forward += since(t0);
+    const int m1 = timer_.mark();
+    timer_.add(kForward, m0, m1);
     if (trace::on()) trace::record(0, "forward", t0, Clock::now());
 
     auto t1 = Clock::now();
     p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
     loss.backward();
-    device_sync();
-    phases.backward += since(t1);
+    timer_.add(kBackward, m1, timer_.mark());
     if (trace::on()) trace::record(0, "backward", t1, Clock::now());
     r.loss_sum += out.loss_sum;
     r.correct += static_cast<double>(out.correct);
@@ -142,9 +150,11 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
   {
     trace::Scope traced(0, "gradient sync");  // the communication backward did not hide
+    const int before = timer_.mark();
     r.comm_wait = p_.finalizer.finalize();
+    timer_.add(kCommWait, before, timer_.mark());
   }
-  phases.comm_wait += r.comm_wait;
+  if (!timer_.uses_events()) phases.comm_wait += r.comm_wait;
 
   // A checkpoint's deferred copy must finish before anything below may change the parameters.
   if (p_.before_update) {
@@ -152,7 +162,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     phases.checkpoint += p_.before_update();
   }
   trace::Scope optimizer_slice(0, "optimizer");
-  auto t2 = Clock::now();
+  const int m2 = timer_.mark();
   if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two
   if (p_.cfg.debug.overflow_step == step &&
       p_.cfg.debug.overflow_rank == p_.env.runtime.world_rank()) {
@@ -177,7 +187,8 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                      r.loss_scale, ", step skipped"));
       p_.flat.zero_grads();
       r.skipped = true;
-      phases.optimizer += since(t2);
+      timer_.add(kOptimizer, m2, timer_.mark());
+      if (!timer_.uses_events()) resolve_phases(phases);
       return r;
     }
     const std::string loss_note = std::isfinite(r.local_loss)
@@ -192,7 +203,8 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
     p_.flat.zero_grads();
     r.skipped = true;
-    phases.optimizer += since(t2);
+    timer_.add(kOptimizer, m2, timer_.mark());
+    if (!timer_.uses_events()) resolve_phases(phases);
     return r;
   }
   if (p_.scaler.enabled()) {
@@ -204,8 +216,8 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   }
   update(r.lr);
   p_.flat.zero_grads();
-  device_sync();
-  phases.optimizer += since(t2);
+  timer_.add(kOptimizer, m2, timer_.mark());
+  if (!timer_.uses_events()) resolve_phases(phases);  // host times: known now
   return r;
 }
 
@@ -295,27 +307,11 @@ void log_interval(IntervalStats& in, std::int64_t step, std::int64_t epoch, comm
 }
 
 std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
-  char line[256];
-  if (r.task == "language_model") {
-    std::snprintf(line, sizeof line,
-                  "eval at step %lld: loss %.4f, perplexity %.3f, token accuracy %.4f (%lld "
-                  "sequences, %s, %.0f samples/s)",
-                  static_cast<long long>(step), r.loss, r.perplexity, r.accuracy,
-                  static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
-                  r.samples_per_second);
-  } else if (r.task == "regression") {
-    std::snprintf(line, sizeof line,
-                  "eval at step %lld: mse %.6g, mae %.6g (%lld samples, %s, %.0f samples/s)",
-                  static_cast<long long>(step), r.loss, r.mae, static_cast<long long>(r.samples),
-                  format_seconds(r.seconds).c_str(), r.samples_per_second);
-  } else {
-    std::snprintf(line, sizeof line,
-                  "eval at step %lld: loss %.4f, accuracy %.4f (%lld samples, %s, %.0f samples/s)",
-                  static_cast<long long>(step), r.loss, r.accuracy,
-                  static_cast<long long>(r.samples), format_seconds(r.seconds).c_str(),
-                  r.samples_per_second);
-  }
-  return line;
+  // The metrics in the offline evaluation's digits (eval::metrics_text): the same checkpoint
+  // evaluated both ways shows the same numbers.
+  return str("eval at step ", step, ": ", eval::metrics_text(r), " (", r.samples,
+             r.task == "language_model" ? " sequences, " : " samples, ", format_seconds(r.seconds),
+             ", ", static_cast<std::int64_t>(r.samples_per_second), " samples/s)");
 }
 
 }  // namespace hpctrain::train

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/comm/device_timer.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/train/ledger.hpp"
@@ -67,9 +68,14 @@ class StepRunner {
     parallel::DataParallelShards* shards = nullptr;
   };
   explicit StepRunner(Parts parts);
-  /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank).
+  /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank). Phase times
+  /// go to `phases` at once on CPU; on a GPU they are device times read by resolve_phases.
   StepResult step(std::vector<data::Batch>& micro, std::int64_t step, std::int64_t total_steps,
                   PhaseSeconds& phases);
+  /// Adds the device-timed phases (forward, backward, optimizer, exposed communication) of the
+  /// steps since the last call to `phases`; on a GPU this waits for the device once. Call at
+  /// logging intervals and before the ledger is written. Local.
+  void resolve_phases(PhaseSeconds& phases);
 
  private:
   double global_grad_norm();
@@ -78,13 +84,13 @@ class StepRunner {
   /// The optimizer update and, when sharded, the all-gather of the updated parameters (counted
   /// in the optimizer phase). Collective over the dp group when sharded.
   void update(double lr);
-  void device_sync();
   /// True when the gradients are not finite: this rank's view, or (when a rank-local answer
   /// would make ranks act differently) agreed over the world on the control plane.
   bool nonfinite(double grad_norm);
 
   Parts p_;
   std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp
+  comm::DeviceTimer timer_;                      // phase times without per-phase synchronize
 };
 
 /// Sums over the steps between two log lines.

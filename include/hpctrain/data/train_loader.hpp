@@ -14,18 +14,26 @@
 
 namespace hpctrain::data {
 
+/// How the reader thread hands a batch over to the training step.
+enum class InputStaging {
+  kNone,    ///< as read
+  kPinned,  ///< in page-locked host memory (training on a GPU): the step's non-blocking copy to
+            ///< the device is a DMA that does not wait for the host
+  kCopy,    ///< in a fresh host buffer: the pinned path's hand-over where page-locked memory is
+            ///< unavailable (CPU-only LibTorch); `debug.stage_inputs` exercises it in tests
+};
+
 class TrainLoader {
  public:
   /// Starts reading this rank's slices of the global batches that follow `start`, `prefetch`
   /// batches ahead (0 = read inside next()). Stops after global step `end_step` (-1 = never).
   /// `dataset` must outlive the loader. Local.
   /// With `micro_batches` K > 1 each rank slice is read as K consecutive micro-batches (its
-  /// length must divide by K); `prefetch` counts micro-batches. `pin_memory` (training on a GPU):
-  /// the reader thread hands over batches in page-locked host memory, so the step's
-  /// non-blocking copy to the device is a DMA that does not wait for the host.
+  /// length must divide by K); `prefetch` counts micro-batches. `staging`: how the reader thread
+  /// hands batches over (InputStaging).
   TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start, int dp_rank,
               int dp_size, int prefetch, std::int64_t end_step = -1, int micro_batches = 1,
-              bool pin_memory = false);
+              InputStaging staging = InputStaging::kNone);
 
   /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local;
   /// with micro-batches use next_step().

@@ -66,6 +66,14 @@ struct EvalResult {
 EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPlane& dp,
                     const EvalOptions& options);
 
+/// The metrics of a result as every evaluation log line prints them, periodic and offline, with
+/// the same digits: "loss 0.602361 accuracy 0.7860" (classification), "loss 2.604600, perplexity
+/// 13.5260, token accuracy 0.2690" (language models), "mse 0.0123, mae 0.0871" (regression).
+/// Local.
+std::string metrics_text(const EvalResult& r);
+/// The same from a result record's fields (add_result_fields). Local.
+std::string metrics_text(const nlohmann::json& record);
+
 /// JSON fields of a result (loss, accuracy, perplexity, samples, ...). Local.
 void to_json(nlohmann::json& j, const EvalResult& r);
 

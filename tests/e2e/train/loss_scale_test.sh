@@ -2,7 +2,7 @@
 # Dynamic loss scaling (issue 12), on CPU with float32 arithmetic: the scaler's path is the fp16
 # one (scale the loss, unscale the gradients, agree on overflow, skip, back off, grow), and power-
 # of-two scales make it exact, so without overflow it must equal the unscaled run bit for bit.
-# fp16 itself needs CUDA: on CPU it is refused with exit 2.
+# fp16 itself needs CUDA: on CPU it is refused with exit 2. Also: the GPU's staged input path.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -33,6 +33,10 @@ expect_exit 75 "$TMP/stop.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" 
 expect_exit 0 "$TMP/resume.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" "${scaled[@]}" \
   --set "run.dir=$TMP/resumed" --set debug.overflow_step=5 --set debug.overflow_rank=1
 expect_grep "step 6 .*loss scale 1024 \(1 skipped\)" "$TMP/over1.txt"
+# The GPU input path on CPU: batches handed over by the reader thread in a fresh buffer (pinned
+# memory on a GPU) and copied non-blocking: the training must not change at all.
+expect_exit 0 "$TMP/staged.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/staged" --set debug.stage_inputs=true
 
 /usr/bin/python3 - "$TMP" <<'PY' || fail "loss scaling results differ (see above)"
 import json, sys
@@ -56,6 +60,9 @@ if [plain[s]["loss"] for s in plain] != [scaled[s]["loss"] for s in scaled]:
     bad.append("scaled fp32 losses differ from unscaled ones")
 if [plain[s]["grad_norm"] for s in plain] != [scaled[s]["grad_norm"] for s in scaled]:
     bad.append("scaled fp32 gradient norms differ from unscaled ones")
+staged = records("staged")
+if [plain[s]["loss"] for s in plain] != [staged[s]["loss"] for s in staged] or not same(params("plain"), params("staged")):
+    bad.append("staged input batches (the GPU hand-over path) changed the training")
 if "loss_scale" in plain[1]:
     bad.append("a run without loss scaling records a loss scale")
 want = {s: 1024 * 2 ** (s // 4) for s in range(1, 13)}
