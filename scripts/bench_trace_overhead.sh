@@ -35,7 +35,8 @@ for round in $(seq 1 "$rounds"); do
     for mode in "${modes[@]}"; do
       extra=()
       [[ $mode == on ]] && extra=(--set logging.trace.start_step=101 --set logging.trace.steps=100)
-      declare -n config=$model
+      config=("${mlp[@]}")
+      [[ $model == gpt ]] && config=("${gpt[@]}")
       mpirun "${flags[@]}" -np 2 "$bin" --threads 1 -q train "${config[@]}" "${steps[@]}" \
         "${extra[@]}" --set "run.dir=$out/$model-$mode-$round" >"$out/$model-$mode-$round.log" 2>&1
     done
