@@ -155,7 +155,7 @@ void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op) {
 void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   wait_all();  // keep issue order: earlier asynchronous operations first
   runtime::trace::Scope traced(trace_lane_, "all_reduce",
-                               size_ > 1 ? static_cast<std::int64_t>(byte_size(tensor)) : -1);
+                               static_cast<std::int64_t>(byte_size(tensor)), size_ > 1);
   all_reduce_now(tensor, op);
 }
 
@@ -286,6 +286,7 @@ void MpiCommunicator::wait_all() {
 
 void MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
   wait_all();
+  runtime::trace::Scope traced(trace_lane_, "broadcast", -1, size_ > 1);
   check_cpu(tensor, "broadcast", name_);
   if (root < 0 || root >= size_) {
     throw CommError(str("broadcast on group ", name_, ": root ", root, " outside 0..", size_ - 1));
@@ -304,7 +305,7 @@ void MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
 
 torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
   wait_all();
-  runtime::trace::Scope traced(trace_lane_, "all_gather");
+  runtime::trace::Scope traced(trace_lane_, "all_gather", -1, size_ > 1);
   check_cpu(tensor, "all_gather", name_);
   torch::Tensor input = tensor.contiguous();
   std::vector<int64_t> shape = input.sizes().vec();
@@ -325,7 +326,7 @@ torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
 
 torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, ReduceOp op) {
   wait_all();
-  runtime::trace::Scope traced(trace_lane_, "reduce_scatter");
+  runtime::trace::Scope traced(trace_lane_, "reduce_scatter", -1, size_ > 1);
   check_cpu(tensor, "reduce_scatter", name_);
   if (tensor.dim() == 0 || tensor.size(0) % size_ != 0) {
     throw CommError(str("reduce_scatter on group ", name_, ": dim 0 of shape ", tensor.sizes(),

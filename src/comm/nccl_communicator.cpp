@@ -11,8 +11,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <thread>
+#include <vector>
+
+#include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/trace.hpp"
 #endif
 
 namespace hpctrain::comm {
@@ -79,6 +85,140 @@ class NcclWork final : public Work {
   cudaEvent_t event_;
 };
 
+// logging.trace on the GPU: a collective's slice on the communication lane runs from its launch
+// (the host call) to its completion on the communicator's stream. The completion is known only on
+// the device, so while a window is open each collective records two timing events on the stream
+// (when the stream reached it: after earlier collectives and the default stream's work it waits
+// for; and when it finished), and nothing waits for them then. When the window closes, resolve()
+// waits once for the last of them, records a reference event on the then idle stream, reads the
+// host clock around it, and moves every event onto the host's steady clock by its elapsed time
+// to the reference. So the timeline costs no synchronisation per bucket.
+class StreamTimeline final : public runtime::trace::DeferredSource {
+ public:
+  StreamTimeline(const std::string& group, cudaStream_t stream, int cuda_index)
+      : group_(group), stream_(stream), cuda_index_(cuda_index) {
+    lane_ = runtime::trace::lane("comm " + group);
+    runtime::trace::add_source(this);
+  }
+  ~StreamTimeline() override {
+    runtime::trace::remove_source(this);
+    discard();
+  }
+  StreamTimeline(const StreamTimeline&) = delete;
+  StreamTimeline& operator=(const StreamTimeline&) = delete;
+
+  // A collective about to be enqueued: with the window open, the start event recorded on the
+  // stream (after its wait for the default stream); otherwise, or if CUDA refused, untraced.
+  struct Pending {
+    const char* name = "";
+    std::int64_t bytes = -1;
+    std::int64_t launch_ns = 0;  // host steady clock at the call
+    cudaEvent_t start = nullptr;
+  };
+  Pending begin(const char* name, std::int64_t bytes) {
+    Pending p;
+    if (!runtime::trace::on()) return p;
+    p = Pending{name, bytes, runtime::trace::to_ns(runtime::trace::Clock::now()), nullptr};
+    if (cudaEventCreate(&p.start) != cudaSuccess) {
+      p.start = nullptr;
+    } else if (cudaEventRecord(p.start, stream_) != cudaSuccess) {
+      cudaEventDestroy(p.start);
+      p.start = nullptr;
+    }
+    return p;
+  }
+  // The collective of `p` is enqueued: records its end event and keeps both for resolve().
+  void end(const Pending& p) {
+    if (p.start == nullptr) return;
+    cudaEvent_t done = nullptr;
+    if (cudaEventCreate(&done) != cudaSuccess || cudaEventRecord(done, stream_) != cudaSuccess) {
+      if (done) cudaEventDestroy(done);
+      cudaEventDestroy(p.start);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    ops_.push_back(Op{p.name, p.bytes, p.launch_ns, p.start, done});
+  }
+
+  void resolve(std::vector<runtime::trace::Slice>& out) override {
+    std::vector<Op> ops;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ops.swap(ops_);
+    }
+    if (ops.empty()) return;
+    const std::string problem = place(ops, out);
+    if (!problem.empty()) {
+      log::rank_warn(str("trace: the collectives of group ", group_,
+                         " on the GPU are left out of trace.json: ", problem));
+    }
+    release(ops);
+  }
+
+  void discard() override {
+    std::vector<Op> ops;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ops.swap(ops_);
+    }
+    release(ops);  // CUDA releases an event still pending once it completes
+  }
+
+ private:
+  struct Op {
+    const char* name;
+    std::int64_t bytes;
+    std::int64_t launch_ns;  // host steady clock at the call
+    cudaEvent_t start;
+    cudaEvent_t end;
+  };
+
+  // Appends the slices of `ops` to `out`; returns what went wrong, or "" (then all were placed).
+  std::string place(const std::vector<Op>& ops, std::vector<runtime::trace::Slice>& out) {
+    namespace trace = runtime::trace;
+    if (cudaSetDevice(cuda_index_) != cudaSuccess) return "cudaSetDevice failed";
+    cudaError_t rc = cudaStreamSynchronize(stream_);
+    if (rc != cudaSuccess) return str("waiting for the stream: ", cudaGetErrorString(rc));
+    cudaEvent_t reference = nullptr;
+    if (cudaEventCreate(&reference) != cudaSuccess) return "cudaEventCreate failed";
+    // The stream is idle: the reference fires as soon as it is queued, between the two readings.
+    const std::int64_t before = trace::to_ns(trace::Clock::now());
+    rc = cudaEventRecord(reference, stream_);
+    if (rc == cudaSuccess) rc = cudaEventSynchronize(reference);
+    const std::int64_t after = trace::to_ns(trace::Clock::now());
+    const double reference_ns = 0.5 * static_cast<double>(before + after);
+    std::vector<trace::DeviceTiming> timings;
+    timings.reserve(ops.size());
+    for (const Op& op : ops) {
+      if (rc != cudaSuccess) break;
+      float start_ms = 0, end_ms = 0;
+      rc = cudaEventElapsedTime(&start_ms, op.start, reference);
+      if (rc == cudaSuccess) rc = cudaEventElapsedTime(&end_ms, op.end, reference);
+      timings.push_back(trace::DeviceTiming{op.name, op.bytes, op.launch_ns, start_ms, end_ms});
+    }
+    cudaEventDestroy(reference);
+    if (rc != cudaSuccess) return cudaGetErrorString(rc);
+    const std::vector<trace::Slice> placed =
+        trace::place_device_timings(lane_, timings, reference_ns);
+    out.insert(out.end(), placed.begin(), placed.end());
+    return "";
+  }
+
+  static void release(const std::vector<Op>& ops) {
+    for (const Op& op : ops) {
+      if (op.start) cudaEventDestroy(op.start);
+      if (op.end) cudaEventDestroy(op.end);
+    }
+  }
+
+  std::string group_;
+  cudaStream_t stream_;
+  int cuda_index_;
+  int lane_ = 0;
+  std::mutex mutex_;  // the autograd engine's device thread issues collectives during backward
+  std::vector<Op> ops_;
+};
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(MPI_Comm mpi_comm, std::string name, int cuda_index)
@@ -92,12 +232,14 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm_));
     HPCTRAIN_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    timeline_ = std::make_unique<StreamTimeline>(name_, stream_, cuda_index_);
     // The watchdog's abort (a collective past its deadline, a lost peer) must not wait for NCCL
     // kernels that will never finish: ncclCommAbort cancels them, as ProcessGroupNCCL does.
     abort_hook_ = runtime::add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
   }
   ~NcclCommunicator() override {
     runtime::remove_abort_hook(abort_hook_);
+    timeline_.reset();  // before the stream goes
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -115,11 +257,11 @@ class NcclCommunicator final : public Communicator {
   WorkHandle all_reduce_async(torch::Tensor tensor, ReduceOp op) override {
     check(tensor, "all_reduce");
     torch::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    enter();
+    const auto traced = enter("all_reduce", work);
     HPCTRAIN_NCCL_CHECK(ncclAllReduce(work.data_ptr(), work.data_ptr(),
                                       static_cast<size_t>(work.numel()),
                                       nccl_type(work.scalar_type()), nccl_op(op), comm_, stream_));
-    auto handle = leave();
+    auto handle = leave(traced);
     if (!work.is_same(tensor)) {
       handle->wait();
       tensor.copy_(work);
@@ -130,11 +272,11 @@ class NcclCommunicator final : public Communicator {
   void broadcast(torch::Tensor& tensor, int root) override {
     check(tensor, "broadcast");
     torch::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
-    enter();
+    const auto traced = enter("broadcast", work);
     HPCTRAIN_NCCL_CHECK(ncclBroadcast(work.data_ptr(), work.data_ptr(),
                                       static_cast<size_t>(work.numel()),
                                       nccl_type(work.scalar_type()), root, comm_, stream_));
-    leave()->wait();
+    leave(traced)->wait();
     if (!work.is_same(tensor)) tensor.copy_(work);
   }
 
@@ -145,11 +287,11 @@ class NcclCommunicator final : public Communicator {
     if (shape.empty()) shape.push_back(1);
     shape[0] *= size_;
     torch::Tensor output = torch::empty(shape, input.options());
-    enter();
+    const auto traced = enter("all_gather", output);
     HPCTRAIN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(),
                                       static_cast<size_t>(input.numel()),
                                       nccl_type(input.scalar_type()), comm_, stream_));
-    leave()->wait();
+    leave(traced)->wait();
     return output;
   }
 
@@ -163,11 +305,11 @@ class NcclCommunicator final : public Communicator {
     std::vector<int64_t> shape = input.sizes().vec();
     shape[0] /= size_;
     torch::Tensor output = torch::empty(shape, input.options());
-    enter();
+    const auto traced = enter("reduce_scatter", input);
     HPCTRAIN_NCCL_CHECK(
         ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
                           nccl_type(input.scalar_type()), nccl_op(op), comm_, stream_));
-    leave()->wait();
+    leave(traced)->wait();
     return output;
   }
 
@@ -175,21 +317,21 @@ class NcclCommunicator final : public Communicator {
   WorkHandle reduce_scatter_in_place_async(torch::Tensor buffer, ReduceOp op) override {
     const auto chunk = in_place_chunk(buffer, "reduce_scatter");
     auto* base = static_cast<char*>(buffer.data_ptr());
-    enter();
+    const auto traced = enter("reduce_scatter", buffer);
     HPCTRAIN_NCCL_CHECK(ncclReduceScatter(
         base, base + rank_ * chunk * buffer.element_size(), static_cast<size_t>(chunk),
         nccl_type(buffer.scalar_type()), nccl_op(op), comm_, stream_));
-    return leave();
+    return leave(traced);
   }
 
   WorkHandle all_gather_in_place_async(torch::Tensor buffer) override {
     const auto chunk = in_place_chunk(buffer, "all_gather");
     auto* base = static_cast<char*>(buffer.data_ptr());
-    enter();
+    const auto traced = enter("all_gather", buffer);
     HPCTRAIN_NCCL_CHECK(ncclAllGather(base + rank_ * chunk * buffer.element_size(), base,
                                       static_cast<size_t>(chunk), nccl_type(buffer.scalar_type()),
                                       comm_, stream_));
-    return leave();
+    return leave(traced);
   }
 
   void barrier() override {
@@ -229,15 +371,21 @@ class NcclCommunicator final : public Communicator {
     }
     return buffer.numel() / size_;
   }
-  // Orders the communicator's stream after the work queued so far on the default stream.
-  void enter() {
+  // Orders the communicator's stream after the work queued so far on the default stream; with a
+  // trace window open, marks where the collective `name` on `buffer` starts on the stream, for
+  // leave().
+  StreamTimeline::Pending enter(const char* name, const torch::Tensor& buffer) {
     cudaEvent_t ready;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(ready, nullptr));
     HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
+    if (size_ == 1) return {};  // nothing travels: no communication to show
+    return timeline_->begin(name, static_cast<std::int64_t>(buffer.numel()) *
+                                      static_cast<std::int64_t>(buffer.element_size()));
   }
-  std::shared_ptr<NcclWork> leave() {
+  std::shared_ptr<NcclWork> leave(const StreamTimeline::Pending& traced) {
+    timeline_->end(traced);
     cudaEvent_t done;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(done, stream_));
@@ -253,6 +401,7 @@ class NcclCommunicator final : public Communicator {
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<StreamTimeline> timeline_;
   std::shared_ptr<NcclWork> last_;
   int abort_hook_ = -1;
 };

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -50,6 +51,12 @@ TraceSession::TraceSession(const StepWindow& window, double max_mb, std::int64_t
                            std::string run_dir, comm::ControlPlane& world)
     : window_(window), run_dir_(std::move(run_dir)), max_bytes_(max_mb * 1048576.0) {
   if (window_.steps <= 0) return;
+  if (!HPCTRAIN_TRACE_HOOKS) {
+    throw AgreedConfigError(
+        "logging.trace: this hpctrain was configured with -DHPCTRAIN_TRACE_HOOKS=OFF, which "
+        "compiles the timeline's recording points out (for measuring them); build with it ON "
+        "(the default) to trace, or drop logging.trace");
+  }
   const double estimate = trace_bytes_estimate(window_, world.size(), slices_per_step);
   if (estimate > max_bytes_) {
     throw AgreedConfigError(str("logging.trace: ", window_.steps, " steps x ", world.size(),

@@ -47,6 +47,21 @@ double overlap(const std::vector<Interval>& a, const std::vector<Interval>& b) {
   return total;
 }
 
+// The parts of merged `a` outside merged `b`.
+std::vector<Interval> subtract(const std::vector<Interval>& a, const std::vector<Interval>& b) {
+  std::vector<Interval> out;
+  std::size_t j = 0;
+  for (Interval i : a) {
+    while (j < b.size() && b[j].second <= i.first) ++j;
+    for (std::size_t k = j; k < b.size() && b[k].first < i.second; ++k) {
+      if (b[k].first > i.first) out.emplace_back(i.first, b[k].first);
+      i.first = std::max(i.first, b[k].second);
+    }
+    if (i.second > i.first) out.push_back(i);
+  }
+  return out;
+}
+
 std::vector<Interval> clip(const std::vector<Interval>& v, const Interval& window) {
   std::vector<Interval> out;
   for (const auto& i : v) {
@@ -88,6 +103,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
   }
   std::map<int, std::vector<Slice>> main;
   std::map<int, std::vector<Interval>> comm;
+  std::map<int, std::vector<Interval>> tp;  // tensor-parallel collectives: the caller waits
   for (const auto& e : doc["traceEvents"]) {
     if (e.value("ph", "") != "X") continue;
     const int rank = e.value("pid", 0);
@@ -100,22 +116,25 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
       main[rank].push_back(s);
     } else if (lane.rfind("comm ", 0) == 0) {
       comm[rank].push_back({ts, ts + dur});
+      if (lane == "comm tp") tp[rank].push_back({ts, ts + dur});
     }
   }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::map<std::int64_t, std::vector<std::pair<double, int>>> by_step;  // step -> (ms, rank)
   for (auto& [rank, slices] : main) {
     const std::vector<Interval> comm_busy = merge(comm[rank]);
+    const std::vector<Interval> tp_busy = merge(tp[rank]);
     for (const auto& step : slices) {
       if (step.name != "step") continue;
       double compute = 0, data_wait = 0, exposed = 0;
-      std::vector<Interval> backward;
+      std::vector<Interval> backward, computing;
       for (const auto& s : slices) {
         if (s.span.first < step.span.first || s.span.second > step.span.second) continue;
         const double d = s.span.second - s.span.first;
         if (s.name == "forward" || s.name == "backward" || s.name == "optimizer" ||
             s.name == "input copy") {
           compute += d;
+          computing.push_back(s.span);
         }
         if (s.name == "backward") backward.push_back(s.span);
         if (s.name == "data wait") data_wait += d;
@@ -123,7 +142,12 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
       }
       const std::vector<Interval> step_comm = clip(comm_busy, step.span);
       const double total = step.span.second - step.span.first;
-      const double hidden = overlap(step_comm, merge(backward));
+      // Tensor-parallel collectives run inside forward and backward, and those wait for them:
+      // exposed communication, not compute, and not hidden behind backward.
+      const double tp_wait = overlap(clip(tp_busy, step.span), merge(computing));
+      compute -= tp_wait;
+      exposed += tp_wait;
+      const double hidden = overlap(step_comm, subtract(merge(backward), tp_busy));
       rows.push_back({{"step", step.step},
                       {"rank", rank},
                       {"step_ms", total / 1000},
@@ -131,6 +155,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
                       {"comm_ms", length(step_comm) / 1000},
                       {"hidden_ms", hidden / 1000},
                       {"exposed_ms", exposed / 1000},
+                      {"tp_ms", tp_wait / 1000},
                       {"data_wait_ms", data_wait / 1000},
                       {"other_ms", (total - compute - exposed - data_wait) / 1000}});
       by_step[step.step].emplace_back(total / 1000, rank);
@@ -160,18 +185,18 @@ std::string trace_summary_text(const nlohmann::ordered_json& summary, const std:
   std::string out = str("trace summary of ", run_dir,
                         "/trace.json (milliseconds; step = compute + exposed comm + data wait + "
                         "other; comm: communication lanes busy, hidden: of that, behind "
-                        "backward)\n");
+                        "backward; tp: tensor-parallel collectives, part of exposed)\n");
   char line[256];
-  std::snprintf(line, sizeof line, "%6s %5s %9s %9s %9s %9s %9s %9s %9s\n", "step", "rank", "step",
-                "compute", "comm", "hidden", "exposed", "data wait", "other");
+  std::snprintf(line, sizeof line, "%6s %5s %9s %9s %9s %9s %9s %9s %9s %9s\n", "step", "rank",
+                "step", "compute", "comm", "hidden", "exposed", "tp", "data wait", "other");
   out += line;
   for (const auto& r : summary["rows"]) {
-    std::snprintf(line, sizeof line, "%6lld %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n",
+    std::snprintf(line, sizeof line, "%6lld %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n",
                   static_cast<long long>(r["step"].get<std::int64_t>()), r["rank"].get<int>(),
                   r["step_ms"].get<double>(), r["compute_ms"].get<double>(),
                   r["comm_ms"].get<double>(), r["hidden_ms"].get<double>(),
-                  r["exposed_ms"].get<double>(), r["data_wait_ms"].get<double>(),
-                  r["other_ms"].get<double>());
+                  r["exposed_ms"].get<double>(), r["tp_ms"].get<double>(),
+                  r["data_wait_ms"].get<double>(), r["other_ms"].get<double>());
     out += line;
   }
   for (const auto& s : summary["stragglers"]) {

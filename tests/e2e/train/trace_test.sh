@@ -3,7 +3,10 @@
 # with its host) and lane (a thread each), strictly nested slices per lane; with
 # parallel.overlap true some bucket all-reduce overlaps backward, with false none does; `hpctrain
 # trace summary` adds up to the step time and matches the slices; a window over the size bound
-# is refused at start with the estimate.
+# is refused at start with the estimate. At tp=2 (GPT on dp=1 x tp=2) every rank records its
+# tensor-parallel collectives on its `comm tp` lane, the same sequence on both ranks of the group,
+# inside forward, backward and the gradient sync; the summary counts them as exposed
+# communication, not compute, and still adds up to the step time.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -95,6 +98,77 @@ print("trace checks passed, overlap", overlap)
 PY
     fail "trace of the run with parallel.overlap=$overlap"
 done
+
+# Tensor parallelism: a small GPT (2 layers, width 64, context 32) on dp=1 x tp=2.
+fortunes=/usr/share/games/fortunes/science
+[[ -f $fortunes ]] || fail "$fortunes missing: apt-get install fortunes (scripts/setup.sh)"
+expect_exit 0 "$TMP/prepare-text.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes" \
+  --out "$TMP/text" --val-fraction 0.05
+expect_exit 0 "$TMP/train-tp.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
+  -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny-tp2.yaml" --set "data.train=$TMP/text/train.h5" \
+  --set "data.val=$TMP/text/val.h5" --set "run.dir=$TMP/tp" --set run.max_steps=6 \
+  --set model.layers=2 --set model.width=64 --set model.seq_len=32 --set data.batch_size=4 \
+  --set eval.every_steps=0 --set eval.at_end=false --set checkpoint.at_end=false \
+  --set logging.trace.start_step=3 --set logging.trace.steps=3
+expect_grep "on dp=1 x tp=2" "$TMP/train-tp.txt"
+expect_grep "trace of steps 3..5 written" "$TMP/train-tp.txt"
+expect_exit 0 "$TMP/summary-tp.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/tp" --json
+expect_exit 0 "$TMP/summary-tp.txt" "$HPCTRAIN_BIN" -q trace summary "$TMP/tp"
+expect_grep "exposed +tp +data wait" "$TMP/summary-tp.txt"
+$PY - "$TMP/tp/trace.json" "$TMP/summary-tp.json" <<'PY' || fail "trace of the tensor-parallel run"
+import json, sys
+from collections import defaultdict
+trace = json.load(open(sys.argv[1]))
+summary = json.load(open(sys.argv[2]))
+events = trace["traceEvents"]
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+         if e["ph"] == "M" and e["name"] == "thread_name"}
+slices = defaultdict(list)
+for e in events:
+    if e["ph"] == "X":
+        slices[lanes[(e["pid"], e["tid"])], e["pid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+for ss in slices.values():
+    ss.sort(key=lambda s: (s[0], -s[1]))
+    stack = []
+    for s in ss:
+        while stack and stack[-1][1] <= s[0] + 1e-3:
+            stack.pop()
+        assert not stack or s[1] <= stack[-1][1] + 1e-3, ("not nested", stack[-1], s)
+        stack.append(s)
+def inside(s, outer):
+    return outer[0] - 1e-3 <= s[0] and s[1] <= outer[1] + 1e-3
+sequences = []
+for pid in (0, 1):
+    main, tp = slices["main", pid], slices["comm tp", pid]
+    steps = [s for s in main if s[2] == "step"]
+    assert len(steps) == 3, steps
+    assert tp, f"rank {pid}: no tensor-parallel collective on a 'comm tp' lane"
+    # 2 blocks: attention and MLP each all-reduce once forward (row parallel) and once backward
+    # (column parallel), plus the embedding and the vocab-parallel cross entropy.
+    per_step = [[s for s in tp if inside(s, step)] for step in steps]
+    assert all(len(p) >= 8 for p in per_step), [len(p) for p in per_step]
+    assert all(p[0][2] == "all_reduce" for p in per_step), per_step
+    phases = [s for s in main if s[2] in ("forward", "backward", "gradient sync")]
+    for s in (s for p in per_step for s in p):
+        assert any(inside(s, ph) for ph in phases), ("tp collective outside forward/backward/sync", s)
+    sequences.append([[s[2] for s in p] for p in per_step])
+assert sequences[0] == sequences[1], "the two ranks of the tp group saw different collectives"
+COMPUTE = ("input copy", "forward", "backward", "optimizer")
+for r in summary["rows"]:
+    parts = r["compute_ms"] + r["exposed_ms"] + r["data_wait_ms"] + r["other_ms"]
+    assert abs(parts - r["step_ms"]) < 1e-6, r
+    assert r["other_ms"] >= -1e-6 and r["hidden_ms"] <= r["comm_ms"] + 1e-9, r
+    main, tp = slices["main", r["rank"]], slices["comm tp", r["rank"]]
+    step = [s for s in main if s[2] == "step"][r["step"] - 3]
+    compute = [s for s in main if s[2] in COMPUTE and inside(s, step)]
+    # The tp collectives inside compute phases (they are serial on the lane, so a plain sum).
+    tp_wait = sum(min(t[1], c[1]) - max(t[0], c[0]) for t in tp for c in compute
+                  if min(t[1], c[1]) > max(t[0], c[0]))
+    assert tp_wait > 0 and abs(tp_wait / 1000 - r["tp_ms"]) < 1e-6, (tp_wait, r)
+    assert abs((sum(c[1] - c[0] for c in compute) - tp_wait) / 1000 - r["compute_ms"]) < 1e-6, r
+    assert r["exposed_ms"] >= r["tp_ms"] - 1e-9 and r["comm_ms"] >= r["tp_ms"] - 1e-9, r
+print("tp trace checks passed:", [len(p) for p in sequences[0]], "tp collectives per step")
+PY
 
 # logging.profile: LibTorch's operator profiler for steps 3..4 (step 2 its discarded warmup), per
 # rank; no timeline asked for, so no trace.json.
