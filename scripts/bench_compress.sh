@@ -4,9 +4,10 @@
 # `hpctrain eval --quantize int8` (float32 and int8 of the same checkpoint, same batches, one
 # process), and `--prune 0.5` / `--prune 0.9` (global). Test split, 10,000 images, batch 1000.
 # Prints samples/s float32 and compressed, model bytes, accuracy drop.
-# gpt: configs/gpt-tiny.yaml (width 128, 4 layers, context 128) trained GPT_STEPS (default 300)
-# steps on 2 ranks x 1 thread on Debian's fortunes (`prepare text`), then the same evaluations
-# on GPT_SAMPLES (default 512) validation sequences, batch 64: tokens/s, loss and perplexity drop.
+# gpt: configs/gpt-tiny.yaml (width 128, 4 layers, context 128) trained GPT_STEPS (default 60)
+# steps of GPT_BATCH (default 8) sequences per rank on 2 ranks x 1 thread on Debian's fortunes
+# (`prepare text`), then --quantize int8 (and the pruning rows with GPT_PRUNE=1) on GPT_SAMPLES
+# (default 128) validation sequences, batch 32: tokens/s, model bytes, loss and perplexity drop.
 #   scripts/bench_compress.sh [mlp|cnn|gpt|all] [REPEAT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,6 @@ repeat=${2:-3}
 bin=${BUILD_DIR:-build}/bin/hpctrain
 [[ -x $bin ]] || ./scripts/build.sh
 data=${DATA_DIR:-data/fashion-mnist}
-[[ -f $data/test.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
 flags=(--bind-to core)
 [[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -24,7 +24,10 @@ out=${BENCH_OUT:-/tmp/hpctrain-bench-compress}
 rm -rf "$out" && mkdir -p "$out"
 models=(mlp cnn gpt)
 [[ $which != all ]] && models=("$which")
-declare -A steps=([mlp]=938 [cnn]=300 [gpt]=${GPT_STEPS:-300})
+declare -A steps=([mlp]=938 [cnn]=300 [gpt]=${GPT_STEPS:-60})
+if [[ " ${models[*]} " == *" mlp "* || " ${models[*]} " == *" cnn "* ]]; then
+  [[ -f $data/test.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
+fi
 text=${TEXT_DIR:-data/text}
 if [[ " ${models[*]} " == *" gpt "* && ! -f $text/val.h5 ]]; then
   "$bin" prepare text --in /usr/share/games/fortunes/*.u8 --out "$text"
@@ -34,18 +37,24 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for model in "${models[@]}"; do
   run=$out/$model
   if [[ $model == gpt ]]; then
-    config=configs/gpt-tiny.yaml split=(--set "data.train=$text/train.h5" --set "data.val=$text/val.h5")
-    evalset=(--batch-size 64 --max-samples "${GPT_SAMPLES:-512}")
+    config=configs/gpt-tiny.yaml
+    split=(--set "data.train=$text/train.h5" --set "data.val=$text/val.h5"
+      --set "data.batch_size=${GPT_BATCH:-8}" --set schedule.warmup_steps=10)
+    evalset=(--batch-size 32 --max-samples "${GPT_SAMPLES:-128}")
+    whats=("--quantize int8")
+    [[ ${GPT_PRUNE:-0} == 1 ]] && whats+=("--prune 0.5" "--prune 0.9")
   else
-    config=configs/fmnist-$model.yaml split=(--set "data.train=$data/train.h5" --set "data.val=$data/test.h5")
+    config=configs/fmnist-$model.yaml
+    split=(--set "data.train=$data/train.h5" --set "data.val=$data/test.h5")
     evalset=(--batch-size 1000 --max-samples 0)
+    whats=("--quantize int8" "--prune 0.5" "--prune 0.9")
   fi
   mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "$config" "${split[@]}" \
     --set "run.max_steps=${steps[$model]}" --set eval.every_steps=0 --set eval.at_end=false \
     --set "run.dir=$run" --set logging.progress=plain --resume none >"$out/$model-train.log" 2>&1
   for ((i = 1; i <= repeat; i++)); do
     for np in 1 2; do
-      for what in "--quantize int8" "--prune 0.5" "--prune 0.9"; do
+      for what in "${whats[@]}"; do
         tag=$(echo "$what" | tr -d ' -')
         # shellcheck disable=SC2086  # $what is two words on purpose
         mpirun "${flags[@]}" -np $np "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
