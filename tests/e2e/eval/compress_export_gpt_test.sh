@@ -48,7 +48,7 @@ expect_grep "int64 tokens \[batch, 32\] -> logits.*no ONNX runtime is available 
 expect_exit 2 "$TMP/bad_seq.txt" "$HPCTRAIN_BIN" export "$ckpt" --format onnx --seq-len 33 \
   --out "$TMP/long.onnx"
 expect_grep "--seq-len 33: this gpt reads at most model.seq_len = 32 tokens" "$TMP/bad_seq.txt"
-expect_exit 2 "$TMP/bad_seq_mlp.txt" "$HPCTRAIN_BIN" export "$ckpt" --format pytorch \
+expect_exit 2 "$TMP/bad_seq_pytorch.txt" "$HPCTRAIN_BIN" export "$ckpt" --format pytorch \
   --seq-len 16 --out "$TMP/sd.pt"
 for f in long.onnx long.onnx.tmp long.onnx.state.tmp sd.pt; do
   [[ ! -e $TMP/$f ]] || fail "$f written after a refused export"
