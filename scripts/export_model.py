@@ -3,9 +3,12 @@
 
 `hpctrain export CHECKPOINT --format torchscript|onnx` runs this script (docs/MODELS.md): it
 writes the checkpoint's weights with PyTorch's own file format (`--format pytorch`), then this
-script rebuilds the same architecture in PyTorch (the definitions below, with the built-in
-models' layer names, so the state_dict loads strictly), loads the weights, and scripts it or
-exports it to ONNX (checked with onnx.checker; no ONNX runtime is used here).
+script rebuilds the same architecture in PyTorch (the mlp and cnn definitions below, with the
+built-in models' layer names, so the state_dict loads strictly; the gpt through
+scripts/gpt_torch_reference.py's Gpt, its names mapped), loads the weights, and scripts it (the
+gpt: traces it on int64 tokens [1, --seq-len]) or exports it to ONNX (checked with onnx.checker;
+no ONNX runtime is used here). A gpt's ONNX graph takes tokens [batch, --seq-len] (default
+model.seq_len, at most that) and returns logits [batch, --seq-len, vocab_size].
 
     /usr/bin/python3 scripts/export_model.py --model '{name: mlp}' --state sd.pt \\
         --format torchscript --out model.pt
@@ -17,6 +20,7 @@ import argparse
 import collections
 import os
 import sys
+import warnings
 
 import torch
 import torch.nn as nn
@@ -61,18 +65,37 @@ def cnn(input_shape=(1, 28, 28), channels=(32, 64), kernel=5, fc=1024, num_class
     return nn.Sequential(collections.OrderedDict(layers))
 
 
-def build(section):
+def gpt(section, seq_len):
+    """include/hpctrain/model/gpt.hpp through scripts/gpt_torch_reference.py's Gpt (the
+    reference the GPT benchmarks train): tokens [batch, seq_len] -> logits [batch, seq_len, V]."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gpt_torch_reference as ref
+    o = ref.gpt_options(section)
+    seq_len = o["seq_len"] if seq_len is None else seq_len
+    if not 1 <= seq_len <= o["seq_len"]:
+        raise ValueError(f"--seq-len {seq_len}: this gpt reads at most model.seq_len = "
+                         f"{o['seq_len']} tokens (its position table wpe is [{o['seq_len']}, "
+                         f"{o['width']}]); export with a --seq-len from 1 to {o['seq_len']}")
+    return ref.Gpt(o, 0), [1, seq_len], ref.from_hpctrain_state
+
+
+def build(section, seq_len=None):
     name = section.get("name", "mlp")
+    if name == "gpt":
+        return gpt(section, seq_len)
+    if seq_len is not None:
+        raise ValueError(f"--seq-len is the token length of a gpt's export; a {name} takes "
+                         f"fixed-size inputs: leave it out")
     # The resolved section may carry keys of other models (seq_len, ...): take the model's own.
     own = {"mlp": ("in_features", "hidden", "num_classes", "dropout"),
            "cnn": ("input_shape", "channels", "kernel", "fc", "num_classes", "dropout")}
     keys = {k: v for k, v in section.items() if k in own.get(name, ())}
     if name == "mlp":
-        return mlp(**keys), [1, keys.get("in_features", 784)]
+        return mlp(**keys), [1, keys.get("in_features", 784)], dict
     if name == "cnn":
-        return cnn(**keys), [1] + list(keys.get("input_shape", [1, 28, 28]))
-    raise ValueError(f"model.name {name}: this script rebuilds the built-in mlp and cnn models "
-                     f"(a gpt or plugin model has no PyTorch definition here yet)")
+        return cnn(**keys), [1] + list(keys.get("input_shape", [1, 28, 28])), dict
+    raise ValueError(f"model.name {name}: this script rebuilds the built-in mlp, cnn and gpt "
+                     f"models (a plugin model has no PyTorch definition here)")
 
 
 def main():
@@ -81,26 +104,41 @@ def main():
     parser.add_argument("--state", required=True, help="state_dict file (torch.load)")
     parser.add_argument("--format", required=True, choices=["torchscript", "onnx"])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="gpt: tokens per sequence of the export (default model.seq_len)")
     args = parser.parse_args()
+    section = yaml.safe_load(args.model) or {}
     try:
-        module, input_shape = build(yaml.safe_load(args.model) or {})
+        module, input_shape, rename = build(section, args.seq_len)
     except (ValueError, TypeError) as e:
         print(f"export_model.py: {e}", file=sys.stderr)
         return 2
-    module.load_state_dict(torch.load(args.state), strict=True)
+    module.load_state_dict(rename(torch.load(args.state)), strict=True)
     module.eval()
-    scripted = torch.jit.script(module)
     tmp = args.out + ".tmp"
+    language_model = section.get("name") == "gpt"
+    # The gpt is traced on int64 tokens (its reference definition is written for speed, not for
+    # the script compiler); batch and length stay free in the traced graph.
+    example = torch.zeros(input_shape, dtype=torch.long if language_model else torch.float32)
+    # The trace keeps 1 / sqrt(head width) as a constant, which it is: not worth a warning.
+    warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
     if args.format == "torchscript":
+        with torch.no_grad():
+            scripted = torch.jit.trace(module, (example,)) if language_model else torch.jit.script(module)
         scripted.save(tmp)
     else:
         import onnx
-        example = torch.zeros(input_shape)
-        torch.onnx.export(module, (example,), tmp, input_names=["inputs"],
-                          output_names=["outputs"], dynamic_axes={"inputs": {0: "batch"},
-                                                                  "outputs": {0: "batch"}},
-                          opset_version=13)
-        onnx.checker.check_model(onnx.load(tmp))
+        names = (["tokens"], ["logits"]) if language_model else (["inputs"], ["outputs"])
+        with torch.no_grad():
+            torch.onnx.export(module, (example,), tmp, input_names=names[0], output_names=names[1],
+                              dynamic_axes={names[0][0]: {0: "batch"}, names[1][0]: {0: "batch"}},
+                              opset_version=13)
+        graph = onnx.load(tmp)
+        if language_model:  # the traced length is symbolic; the input fixes it at --seq-len
+            graph.graph.output[0].type.tensor_type.shape.dim[1].ClearField("dim_param")
+            graph.graph.output[0].type.tensor_type.shape.dim[1].dim_value = input_shape[1]
+            onnx.save(graph, tmp)
+        onnx.checker.check_model(graph)
     os.replace(tmp, args.out)
     return 0
 

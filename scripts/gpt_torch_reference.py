@@ -151,7 +151,14 @@ def load_config(path, overrides):
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = yaml.safe_load(value)
-    m = cfg["model"]
+    if cfg["model"].get("dropout", 0.0):
+        raise SystemExit("gpt_torch_reference.py: dropout is not implemented (use 0)")
+    return cfg, gpt_options(cfg["model"])
+
+
+def gpt_options(m):
+    """The sizes of a `model:` section (hpctrain's defaults, include/hpctrain/model/gpt.hpp).
+    Dropout is off in evaluation and export, so it is not among them."""
     o = {
         "vocab_size": m.get("vocab_size", 256),
         "seq_len": m.get("seq_len", 128),
@@ -161,9 +168,28 @@ def load_config(path, overrides):
         "tied_embeddings": m.get("tied_embeddings", True),
     }
     o["mlp_width"] = int(round(o["width"] * m.get("mlp_ratio", 4)))
-    if m.get("dropout", 0.0):
-        raise SystemExit("gpt_torch_reference.py: dropout is not implemented (use 0)")
-    return cfg, o
+    return o
+
+
+# hpctrain's state_dict names (include/hpctrain/model/gpt.hpp, at tp = 1) -> this module's.
+HPCTRAIN_NAMES = {"attn.qkv.weight": "qkv_w", "attn.qkv.bias": "qkv_b", "attn.proj.weight": "proj_w",
+                  "attn.proj.bias": "proj_b", "mlp.fc.weight": "fc_w", "mlp.fc.bias": "fc_b",
+                  "mlp.proj.weight": "mproj_w", "mlp.proj.bias": "mproj_b"}
+
+
+def from_hpctrain_state(state):
+    """An hpctrain gpt state_dict (logical tensors: `hpctrain export --format pytorch`, or
+    scripts/load_checkpoint.py) under this module's parameter names, for load_state_dict."""
+    out = {}
+    for name, tensor in state.items():
+        if name in ("wte.weight", "wpe.weight", "lm_head.weight"):
+            out[name.split(".")[0]] = tensor
+            continue
+        parts = name.split(".")
+        if parts[0] == "blocks" and ".".join(parts[2:]) in HPCTRAIN_NAMES:
+            name = f"blocks.{parts[1]}.{HPCTRAIN_NAMES['.'.join(parts[2:])]}"
+        out[name] = tensor
+    return out
 
 
 def worker(rank, args, port, queue):

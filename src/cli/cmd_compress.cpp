@@ -128,7 +128,11 @@ int run_compress(CommandContext& ctx) {
                 report.contains("engine")
                     ? str("; int8 weights per output channel, activations quantized per batch at "
                           "run time on the ",
-                          report["engine"].get<std::string>(), " engine; convolutions stay float32")
+                          report["engine"].get<std::string>(), " engine; convolutions",
+                          report.contains("kept_float32")
+                              ? str(", ", report["kept_float32"].get<std::string>())
+                              : std::string(),
+                          " stay float32")
                     : std::string(),
                 "\n  evaluate it beside float32: hpctrain eval --checkpoint ", out.string()));
   return 0;

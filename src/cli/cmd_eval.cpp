@@ -76,6 +76,11 @@ eval::OfflineOptions checked_options(CLI::App* app) {
   }
   if (o.compression.any() && o.precision.empty()) o.precision = "fp32";
   if (!(o.max_drop >= 0)) throw ConfigError(str("--max-drop ", o.max_drop, ": must be >= 0"));
+  if (!o.save_outputs.empty() && a.checkpoint.empty()) {
+    throw ConfigError(
+        "--save-outputs writes the outputs of one evaluation: use it with --checkpoint");
+  }
+  if (!o.save_outputs.empty()) o.force = true;  // the outputs come from running it, not a result
   return o;
 }
 
@@ -83,6 +88,11 @@ CLI::App* g_app = nullptr;
 
 int run_eval(CommandContext& ctx) {
   eval::OfflineOptions options = checked_options(g_app);
+  if (!options.save_outputs.empty() && ctx.runtime.world_size() > 1) {
+    throw ConfigError(
+        "--save-outputs runs as one process (the outputs stay on the rank that "
+        "computed them): start hpctrain eval without mpirun/srun");
+  }
   Session session = make_session(ctx, g_eval.tp);
   eval::OfflineEvaluator evaluator(environment(ctx, session), std::move(options));
   int code = kExitOk;
@@ -137,6 +147,9 @@ CommandRegistration reg(
       app.add_option("--max-drop", a.options.max_drop,
                      "Warn when compression costs more accuracy than this (absolute; relative "
                      "loss for language models; default 0.05)");
+      app.add_option("--save-outputs", a.options.save_outputs,
+                     "With --checkpoint, one process: write the model's outputs (logits) for the "
+                     "evaluated samples to this file, one float32 tensor for torch.load");
       app.add_option("--prefetch", a.options.prefetch, "Evaluation batches read ahead (default 2)")
           ->check(CLI::NonNegativeNumber);
       app.add_option("--results", a.options.results_dir,

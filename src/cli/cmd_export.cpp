@@ -19,6 +19,7 @@
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/run_config.hpp"
+#include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/torchscript_model.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -36,8 +37,10 @@ struct ExportArgs {
   std::string checkpoint;
   std::string format = "torchscript";
   std::string out;
+  std::int64_t seq_len = 0;  // gpt: tokens per sequence of the export (0: model.seq_len)
 };
 ExportArgs g_export;
+CLI::App* g_app = nullptr;
 
 // The interpreter and the scripts/ directory: HPCTRAIN_PYTHON and HPCTRAIN_SCRIPTS_DIR when set
 // (an installed hpctrain without its source tree), else Debian's python3 and this source tree's.
@@ -49,7 +52,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 // Runs scripts/export_model.py without a shell (no quoting of the model text) and returns its
 // exit status; its messages go to this process's stderr.
 int run_export_script(const std::string& model_text, const std::string& state_file,
-                      const std::string& format, const std::string& out) {
+                      const std::string& format, const std::string& out, std::int64_t seq_len) {
   const std::string python = env_or("HPCTRAIN_PYTHON", "/usr/bin/python3");
   const std::string script =
       env_or("HPCTRAIN_SCRIPTS_DIR", std::string(HPCTRAIN_SOURCE_DIR) + "/scripts") +
@@ -60,6 +63,10 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
   }
   std::vector<std::string> args{python,     script,     "--model", model_text, "--state",
                                 state_file, "--format", format,    "--out",    out};
+  if (seq_len > 0) {
+    args.push_back("--seq-len");
+    args.push_back(std::to_string(seq_len));
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -72,6 +79,11 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A gpt's context, model.seq_len (GptOptions' default when the section leaves it out).
+std::int64_t gpt_context(const eval::RunConfig& config) {
+  return config.seq_len() > 0 ? config.seq_len() : model::GptOptions{}.seq_len;
 }
 
 int run_export(CommandContext& ctx) {
@@ -90,12 +102,32 @@ int run_export(CommandContext& ctx) {
   eval::RunConfig config(text, origin);
   const std::string& format = g_export.format;
   const bool torchscript_run = config.model_name() == "torchscript";
+  const bool gpt = config.model_name() == "gpt";
   if (format != "pytorch" && !torchscript_run && config.model_name() != "mlp" &&
-      config.model_name() != "cnn") {
+      config.model_name() != "cnn" && !gpt) {
     throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(), " model (", origin,
                           "): --format ", format,
-                          " rebuilds the built-in mlp and cnn models and TorchScript runs in "
-                          "PyTorch; export this one with --format pytorch (its state_dict)"));
+                          " rebuilds the built-in mlp, cnn and gpt models and TorchScript runs "
+                          "in PyTorch; export this one with --format pytorch (its state_dict)"));
+  }
+  if (g_app->count("--seq-len") > 0) {
+    if (!gpt || format == "pytorch") {
+      throw ConfigError(
+          str("--seq-len sets the token length of a gpt's torchscript or onnx "
+              "export; ",
+              gpt ? "a state_dict (--format pytorch) has none"
+                  : str("a ", config.model_name(), " has fixed-size inputs"),
+              ": leave it out"));
+    }
+    const std::int64_t context = gpt_context(config);
+    if (g_export.seq_len < 1 || g_export.seq_len > context) {
+      throw ConfigError(str("--seq-len ", g_export.seq_len,
+                            ": this gpt reads at most model.seq_len = ", context, " tokens (",
+                            origin,
+                            "; its position table has that many rows): export with a --seq-len "
+                            "from 1 to ",
+                            context, "; nothing written"));
+    }
   }
   if (checkpoint::read_manifest(dir)
           .value("trainer_state", nlohmann::json::object())
@@ -161,7 +193,8 @@ int run_export(CommandContext& ctx) {
                   "\") returns it"));
     return 0;
   }
-  const int code = run_export_script(config.model_text(), state_file, format, out.string());
+  const int code =
+      run_export_script(config.model_text(), state_file, format, out.string(), g_export.seq_len);
   fs::remove(state_file);
   if (code != 0) {
     fs::remove(out.string() + ".tmp");
@@ -175,15 +208,25 @@ int run_export(CommandContext& ctx) {
   log::info(str("wrote ", out.string(), ": the ", config.model_name(), " of ", dir, " (step ", step,
                 ") ",
                 format == "onnx"
-                    ? "as ONNX (torch.onnx.export, opset 13, batch dimension dynamic), checked "
-                      "with onnx.checker; no ONNX runtime is available here to run it"
-                    : "as a TorchScript module in evaluation mode; load it with torch.jit.load"));
+                    ? str("as ONNX (torch.onnx.export, opset 13, batch dimension dynamic",
+                          gpt ? str("; int64 tokens [batch, ",
+                                    g_export.seq_len > 0 ? g_export.seq_len : gpt_context(config),
+                                    "] -> logits")
+                              : std::string(),
+                          "), checked with onnx.checker; no ONNX runtime is available here to "
+                          "run it")
+                    : str("as a TorchScript module in evaluation mode",
+                          gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
+                                "length up to model.seq_len free)"
+                              : "",
+                          "; load it with torch.jit.load")));
   return 0;
 }
 
 CommandRegistration reg(
     "export", "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX",
     [](CLI::App& app) {
+      g_app = &app;
       app.add_option("checkpoint", g_export.checkpoint,
                      "Checkpoint directory (step_<N>) or run directory (its latest checkpoint)")
           ->required();
@@ -192,6 +235,9 @@ CommandRegistration reg(
                      "(default torchscript)")
           ->check(CLI::IsMember({"pytorch", "torchscript", "onnx"}));
       app.add_option("--out", g_export.out, "File to write, e.g. model.pt")->required();
+      app.add_option("--seq-len", g_export.seq_len,
+                     "gpt, torchscript or onnx: tokens per sequence of the export, 1 to "
+                     "model.seq_len (default model.seq_len; the ONNX input is [batch, this])");
     },
     run_export);
 

@@ -6,6 +6,7 @@
 
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/tensor_parallel_linear.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -57,22 +58,43 @@ CompressionSpec CompressionSpec::from_json(const nlohmann::json& j) {
 namespace {
 
 struct Layer {
-  std::string name;  // module name ("fc1")
+  std::string name;  // module name ("fc1", "blocks.0.attn.qkv")
   std::string kind;  // linear | conv
   torch::nn::Module* module = nullptr;
-  torch::Tensor weight;
-  torch::Tensor bias;
+  torch::Tensor weight;    // the parameter itself (pruned in place)
+  torch::Tensor weight2d;  // linear: a view [out, in] of it (the gpt's qkv [3, D, D] as [3 D, D])
+  torch::Tensor bias;      // linear: [out] or undefined
 };
+
+// A gpt's tensor-parallel linear at tp = 1 (local = logical), as a plain linear layer.
+Layer parallel_linear(const std::string& name, torch::nn::Module* m, const torch::Tensor& weight,
+                      const torch::Tensor& bias, std::int64_t logical_in,
+                      std::int64_t logical_out) {
+  const torch::Tensor w2 = weight.view({-1, weight.size(-1)});
+  if (w2.size(0) != logical_out || w2.size(1) != logical_in) {
+    throw ConfigError(str(name, " holds a tensor-parallel shard ", weight.sizes(), " of [",
+                          logical_out, ", ", logical_in,
+                          "]: compressed evaluation runs on the whole logical model (--tp 1)"));
+  }
+  return Layer{name, "linear", m, weight, w2, bias.defined() ? bias.view({-1}) : bias};
+}
 
 std::vector<Layer> layers_of(model::Model& model) {
   std::vector<Layer> out;
   for (const auto& item : model.named_modules("", false)) {
     torch::nn::Module* m = item.value().get();
-    Layer l{item.key(), "", m, {}, {}};
+    Layer l{item.key(), "", m, {}, {}, {}};
     if (auto* lin = dynamic_cast<torch::nn::LinearImpl*>(m)) {
       l.kind = "linear";
       l.weight = lin->weight;
+      l.weight2d = lin->weight;
       l.bias = lin->bias;
+    } else if (auto* col = dynamic_cast<parallel::ColumnParallelLinear*>(m)) {
+      l = parallel_linear(item.key(), m, col->weight, col->bias, col->options().in_features(),
+                          col->options().out_features());
+    } else if (auto* row = dynamic_cast<parallel::RowParallelLinear*>(m)) {
+      l = parallel_linear(item.key(), m, row->weight, row->bias, row->options().in_features(),
+                          row->options().out_features());
     } else if (auto* c2 = dynamic_cast<torch::nn::Conv2dImpl*>(m)) {
       l.kind = "conv";
       l.weight = c2->weight;
@@ -119,9 +141,8 @@ CompressedModel compress_model(model::Model& model, const CompressionSpec& spec)
   std::vector<Layer> layers = layers_of(model);
   if (layers.empty()) {
     throw ConfigError(
-        "the model has no torch::nn::Linear or convolution layer to compress (the gpt's "
-        "tensor-parallel linears and TorchScript modules are not compressed yet): use an mlp or "
-        "cnn checkpoint");
+        "the model has no linear or convolution layer hpctrain can compress (TorchScript modules "
+        "are not compressed): use an mlp, cnn or gpt checkpoint");
   }
   const std::int64_t bytes_before = model_bytes(model, {});
   if (spec.prune > 0) {
@@ -138,7 +159,7 @@ CompressedModel compress_model(model::Model& model, const CompressionSpec& spec)
     engine = model::select_quantized_engine();
     for (const auto& l : layers) {
       if (l.kind != "linear") continue;
-      model::Int8Weight w = model::quantize_int8_per_channel(l.weight);
+      model::Int8Weight w = model::quantize_int8_per_channel(l.weight2d);
       model.set_int8_linear(l.module, std::make_shared<model::QuantizedLinear>(w, l.bias));
       out.int8.emplace(l.name, std::move(w));
     }
@@ -161,6 +182,11 @@ CompressedModel compress_model(model::Model& model, const CompressionSpec& spec)
   if (!engine.empty()) {
     out.report["engine"] = engine;
     out.report["convolutions"] = "float32 (only linear layers are quantized)";
+    if (model.task() == "language_model") {
+      out.report["kept_float32"] =
+          "token and position embeddings (and the output head when it is tied to the token "
+          "embedding), LayerNorms";
+    }
   }
   out.report["layers"] = per_layer;
   out.report["sparsity"] = static_cast<double>(zeros) / static_cast<double>(total);
@@ -179,8 +205,8 @@ std::vector<checkpoint::TensorRecord> compressed_records(
   std::vector<checkpoint::TensorRecord> records;
   for (const Layer& l : layers_of(model)) {
     if (!int8_layers.count(l.name)) continue;
-    model::Int8Weight w{torch::zeros(l.weight.sizes(), torch::kInt8),
-                        torch::zeros({l.weight.size(0)}, torch::kFloat32)};
+    model::Int8Weight w{torch::zeros(l.weight2d.sizes(), torch::kInt8),
+                        torch::zeros({l.weight2d.size(0)}, torch::kFloat32)};
     records.push_back(
         {"int8/" + l.name + ".weight", w.values, model::ShardInfo{w.values.sizes().vec(), -1}});
     records.push_back({"int8/" + l.name + ".weight_scale", w.scales,
@@ -275,7 +301,18 @@ std::string compression_line(const nlohmann::json& c) {
   std::string what = c.value("tag", std::string());
   if (what.empty()) what = CompressionSpec::from_json(c).tag();
   std::string line = str("compressed (", what, "): ");
-  if (c.contains("float32")) {
+  if (c.contains("float32") && c.at("float32").contains("perplexity")) {  // a language model
+    const auto& f = c.at("float32");
+    const auto& d = f.at("drop");
+    line += str("float32 loss ", format_fixed(f.value("loss", 0.0), 4), ", perplexity ",
+                format_fixed(f.value("perplexity", 0.0), 3), ", token accuracy ",
+                format_fixed(f.value("accuracy", 0.0), 4), "; loss drop ",
+                format_fixed(d.value("loss", 0.0), 4), " (",
+                format_fixed(100 * d.value("loss_relative", 0.0), 2),
+                "% relative), perplexity drop ", format_fixed(d.value("perplexity", 0.0), 3),
+                ", token accuracy drop ", format_fixed(d.value("accuracy", 0.0), 4), "; tokens/s x",
+                format_fixed(f.value("speedup", 0.0), 2), " of float32; ");
+  } else if (c.contains("float32")) {
     const auto& f = c.at("float32");
     line += str("float32 accuracy ", format_fixed(f.value("accuracy", 0.0), 4), ", loss ",
                 format_fixed(f.value("loss", 0.0), 4), "; accuracy drop ",
@@ -292,7 +329,9 @@ std::string compression_line(const nlohmann::json& c) {
                 " (dense kernels: the zeros save no time)");
   }
   if (c.contains("engine")) {
-    line += str(", int8 on ", c.value("engine", std::string()), "; convolutions stay float32");
+    line += str(", int8 on ", c.value("engine", std::string()), "; convolutions",
+                c.contains("kept_float32") ? str(", ", c.value("kept_float32", std::string())) : "",
+                " stay float32");
   }
   return line;
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -188,6 +189,28 @@ nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& p
   return j;
 }
 
+namespace {
+
+// The outputs of an evaluation in PyTorch's format (torch::pickle_save of one tensor), written
+// beside the target and renamed.
+void save_outputs(const std::string& path, const std::vector<torch::Tensor>& batches) {
+  const torch::Tensor all = batches.empty() ? torch::empty({0}) : torch::cat(batches);
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(all));
+  const std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) {
+    fs::remove(tmp);
+    throw ConfigError(str("cannot write ", tmp, ": check --save-outputs and free space"));
+  }
+  fs::rename(tmp, path);
+  log::info(str("wrote the outputs ", all.sizes(), " of the evaluated samples to ", path,
+                " (torch.load returns the tensor)"));
+}
+
+}  // namespace
+
 Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::string& dir,
                                         bool strict) {
   ResultStore store = store_for(run_dir);
@@ -276,7 +299,14 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     compression = compressed.report;
     compression["source"] = absolute(dir);
   }
+  std::vector<torch::Tensor> outputs;
+  if (!options.save_outputs.empty()) {
+    eval_options.on_outputs = [&outputs](std::int64_t, const torch::Tensor& batch) {
+      outputs.push_back(batch.detach().to(torch::kCPU, torch::kFloat32).clone());
+    };
+  }
   const EvalResult result = evaluate(model, data, *env.control.dp, eval_options);
+  if (!options.save_outputs.empty()) save_outputs(options.save_outputs, outputs);
   nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);
   std::string compression_warning;
   if (compressed_checkpoint || compress_now) {

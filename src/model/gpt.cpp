@@ -95,6 +95,8 @@ Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed)
   for (std::int64_t i = 0; i < options.layers; ++i) {
     const std::string prefix = str("blocks.", i);
     auto block = std::make_shared<GptBlock>(options, tp_, prefix, seed);
+    block->attn->int8_owner = this;
+    block->mlp->int8_owner = this;
     blocks->push_back(block);
     add_shards(prefix + ".attn.qkv", block->attn->qkv->shards());
     add_shards(prefix + ".attn.proj", block->attn->proj->shards());
@@ -170,7 +172,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
     }
   }
   x = ln_f->forward(x);
-  return options_.tied_embeddings ? wte->logits(x) : lm_head->forward(x);
+  return options_.tied_embeddings ? wte->logits(x) : int8_or_float(this, *lm_head, x);
 }
 
 LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {

@@ -5,6 +5,7 @@
 
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/quantized_linear.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
@@ -17,6 +18,18 @@ double residual_std(const GptOptions& options) {
 }
 
 }  // namespace
+
+torch::Tensor int8_or_float(const Model* owner, parallel::ColumnParallelLinear& layer,
+                            const torch::Tensor& x) {
+  const QuantizedLinear* q = owner != nullptr ? owner->int8_linear(&layer) : nullptr;
+  return q != nullptr ? q->forward(x) : layer.forward(x);
+}
+
+torch::Tensor int8_or_float(const Model* owner, parallel::RowParallelLinear& layer,
+                            const torch::Tensor& x) {
+  const QuantizedLinear* q = owner != nullptr ? owner->int8_linear(&layer) : nullptr;
+  return q != nullptr ? q->forward(x) : layer.forward(x);
+}
 
 GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
                            std::uint64_t seed)
@@ -41,7 +54,7 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
   const std::int64_t bh = batch * local_heads_;
   // [B, T, 3 * H * hd] -> [3, B, H, T, hd]: one copy lays out q, k and v as contiguous batches
   // of per-head matrices for bmm.
-  torch::Tensor qkv_heads = qkv->forward(x)
+  torch::Tensor qkv_heads = int8_or_float(int8_owner, *qkv, x)
                                 .view({batch, t, 3, local_heads_, head_dim_})
                                 .permute({2, 0, 3, 1, 4})
                                 .contiguous();
@@ -54,7 +67,8 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
     };
     const std::vector<torch::Tensor> heads{qkv_heads[0], qkv_heads[1], qkv_heads[2]};
     torch::Tensor context = recompute_ && is_training() ? recompute(attend, heads) : attend(heads);
-    return proj->forward(context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
+    return int8_or_float(int8_owner, *proj,
+                         context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
   }
   torch::Tensor q = qkv_heads[0].view({bh, t, head_dim_});
   torch::Tensor k = qkv_heads[1].view({bh, t, head_dim_});
@@ -70,7 +84,7 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
                 .view({batch, local_heads_, t, head_dim_})
                 .transpose(1, 2)
                 .reshape({batch, t, local_heads_ * head_dim_});
-  return proj->forward(context);
+  return int8_or_float(int8_owner, *proj, context);
 }
 
 torch::Tensor GptAttention::core(const torch::Tensor& q, const torch::Tensor& k,
@@ -97,7 +111,7 @@ GptMlp::GptMlp(const GptOptions& options, parallel::CommPtr tp, const std::strin
 }
 
 torch::Tensor GptMlp::forward(const torch::Tensor& x) {
-  return proj->forward(torch::gelu(fc->forward(x), "tanh"));
+  return int8_or_float(int8_owner, *proj, torch::gelu(int8_or_float(int8_owner, *fc, x), "tanh"));
 }
 
 GptBlock::GptBlock(const GptOptions& options, parallel::CommPtr tp, const std::string& name,

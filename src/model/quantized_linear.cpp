@@ -81,6 +81,12 @@ QuantizedLinear::QuantizedLinear(const Int8Weight& weight, const torch::Tensor& 
 }
 
 torch::Tensor QuantizedLinear::forward(const torch::Tensor& x) const {
+  if (x.dim() > 2) {  // [.., in] (the gpt's [B, T, D]): one batch of rows, one activation range
+    std::vector<std::int64_t> sizes = x.sizes().vec();
+    const torch::Tensor y = forward(x.reshape({-1, sizes.back()}));
+    sizes.back() = y.size(1);
+    return y.view(sizes);
+  }
   static const c10::OperatorHandle linear = op("quantized::linear_dynamic");
   // reduce_range=True: activations in [0, 127], as PyTorch's dynamic Linear (version 4) calls it.
   torch::jit::Stack stack{x.contiguous(), packed_, true};
@@ -90,6 +96,12 @@ torch::Tensor QuantizedLinear::forward(const torch::Tensor& x) const {
 
 void Model::set_int8_linear(const torch::nn::Module* layer, std::shared_ptr<QuantizedLinear> q) {
   int8_[layer] = std::move(q);
+}
+
+const QuantizedLinear* Model::int8_linear(const torch::nn::Module* layer) const {
+  if (int8_.empty()) return nullptr;
+  auto it = int8_.find(layer);
+  return it == int8_.end() ? nullptr : it->second.get();
 }
 
 torch::Tensor Model::linear(torch::nn::LinearImpl& layer, const torch::Tensor& x) {

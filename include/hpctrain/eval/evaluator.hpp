@@ -15,6 +15,9 @@
 
 #include "hpctrain/eval/eval_schedule.hpp"
 
+namespace at {
+class Tensor;
+}
 namespace hpctrain::comm {
 class ControlPlane;
 }
@@ -38,6 +41,9 @@ struct EvalOptions {
   /// Called before every batch slot (also on ranks with no batch left) with a flag this rank
   /// wants to stop; returns true when any rank of the job wants to. Collective when set.
   std::function<bool()> stop_check;
+  /// Called on this rank with the index of each of its batches' first sample and the model's
+  /// outputs for the batch (as forward returned them), in batch order. Local when set.
+  std::function<void(std::int64_t first_sample, const at::Tensor& outputs)> on_outputs;
 };
 
 struct EvalResult {

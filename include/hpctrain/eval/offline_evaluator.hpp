@@ -44,6 +44,10 @@ struct OfflineOptions {
   /// --max-drop: warn when compression costs more than this much accuracy (absolute), or, for
   /// language models and regression, this fraction of the float32 loss.
   double max_drop = 0.05;
+  /// --save-outputs: write the model's outputs for the evaluated samples (the compressed model's
+  /// when compressing) to this file in PyTorch's format, one float32 tensor [samples, ...]
+  /// (torch.load returns it); one process only. Empty: none.
+  std::string save_outputs;
 };
 
 class OfflineEvaluator {

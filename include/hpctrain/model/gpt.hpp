@@ -87,6 +87,9 @@ class GptAttention : public torch::nn::Module {
 
   std::shared_ptr<parallel::ColumnParallelLinear> qkv;
   std::shared_ptr<parallel::RowParallelLinear> proj;
+  /// The model whose int8 layers (Model::int8_linear) replace qkv and proj when set (compressed
+  /// evaluation); set by Gpt, null for a block on its own.
+  const Model* int8_owner = nullptr;
 
  private:
   /// Scores, softmax, dropout and the product with v: the part model.recompute = attention
@@ -112,6 +115,8 @@ class GptMlp : public torch::nn::Module {
 
   std::shared_ptr<parallel::ColumnParallelLinear> fc;
   std::shared_ptr<parallel::RowParallelLinear> proj;
+  /// As GptAttention::int8_owner, for fc and proj.
+  const Model* int8_owner = nullptr;
 };
 
 /// One pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
@@ -184,6 +189,15 @@ class Gpt : public Model {
   torch::Tensor wpe_weight_;
   torch::Tensor causal_mask_;
 };
+
+/// `layer` applied to `x`: through its int8 replacement when `owner` (may be null) has one for
+/// it (Model::set_int8_linear), else in float32. Collective over tp like the layer's forward
+/// (int8 replacements exist at tp = 1 only).
+torch::Tensor int8_or_float(const Model* owner, parallel::ColumnParallelLinear& layer,
+                            const torch::Tensor& x);
+/// As above, for a row-parallel layer. Collective over tp like the layer's forward.
+torch::Tensor int8_or_float(const Model* owner, parallel::RowParallelLinear& layer,
+                            const torch::Tensor& x);
 
 /// Averages, over the tp group, the gradients of every parameter that `model` reports as
 /// replicated (shard_info(name).split_dim == -1). Those gradients are already identical on every

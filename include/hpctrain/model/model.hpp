@@ -77,12 +77,15 @@ class Model : public torch::nn::Module {
 
   /// Runs the torch::nn::Linear submodule `layer` through `q` (int8 weights, dynamic int8
   /// activations; model/quantized_linear.hpp) from now on, in forward passes of models that call
-  /// their linear layers through linear() (the built-in mlp and cnn). Local.
+  /// their linear layers through linear() or int8_linear() (the built-in mlp, cnn and gpt). Local.
   void set_int8_linear(const torch::nn::Module* layer, std::shared_ptr<QuantizedLinear> q);
   /// Back to the float32 layers. Local.
   void clear_int8_linears() { int8_.clear(); }
   /// Linear layers running in int8. Local.
   std::size_t int8_linear_count() const { return int8_.size(); }
+  /// The int8 replacement of linear layer `layer` (any module: torch::nn::Linear or the
+  /// tensor-parallel linears of the gpt at tp = 1), or null when it runs in float32. Local.
+  const QuantizedLinear* int8_linear(const torch::nn::Module* layer) const;
 
  protected:
   /// `layer`'s output for `x`: its int8 replacement when one is set, else layer.forward(x).

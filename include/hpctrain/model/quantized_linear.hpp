@@ -40,7 +40,8 @@ class QuantizedLinear {
  public:
   /// Packs `weight` (and the float32 `bias`, may be undefined) for the selected engine. Local.
   QuantizedLinear(const Int8Weight& weight, const torch::Tensor& bias);
-  /// float32 [B, out] for float32 inputs [B, in]. Local.
+  /// float32 [B, out] for float32 inputs [B, in]; [.., in] -> [.., out] with one activation
+  /// range over all the rows. Local.
   torch::Tensor forward(const torch::Tensor& x) const;
 
  private:

@@ -8,6 +8,7 @@
 
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/quantized_linear.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -230,6 +231,51 @@ TEST(Gpt, ForwardIsCausalAndLossIsSane) {
   auto want = torch::nn::functional::cross_entropy(logits.view({-1, 256}), targets.view({-1}));
   EXPECT_NEAR(out.loss.item<double>(), want.item<double>(), 1e-5);
   EXPECT_EQ(out.correct, logits.argmax(-1).eq(targets).sum().item<std::int64_t>());
+}
+
+// Compressed evaluation of the gpt: an int8 replacement set for any of its linear layers (the
+// tensor-parallel modules at tp = 1) is what forward runs, and clearing them gives back the float32
+// model exactly.
+TEST(Gpt, Int8LinearsReplaceEachLinearLayerInForward) {
+  auto model = build(kTiny, 1, {"model.tied_embeddings=false"});
+  model->eval();
+  auto& gpt = dynamic_cast<Gpt&>(*model);
+  select_quantized_engine();
+  torch::NoGradGuard no_grad;
+  const auto inputs = torch::randint(256, {3, 16}, torch::kLong);
+  const auto reference = model->forward(inputs);
+  struct Linear {
+    const torch::nn::Module* module;
+    torch::Tensor weight, bias;
+  };
+  std::vector<Linear> linears;
+  for (const auto& b : gpt.blocks->children()) {
+    auto& block = dynamic_cast<GptBlock&>(*b);
+    linears.push_back({block.attn->qkv.get(), block.attn->qkv->weight.view({-1, 32}),
+                       block.attn->qkv->bias.view({-1})});
+    linears.push_back({block.attn->proj.get(), block.attn->proj->weight, block.attn->proj->bias});
+    linears.push_back({block.mlp->fc.get(), block.mlp->fc->weight, block.mlp->fc->bias});
+    linears.push_back({block.mlp->proj.get(), block.mlp->proj->weight, block.mlp->proj->bias});
+  }
+  linears.push_back({gpt.lm_head.get(), gpt.lm_head->weight, torch::Tensor()});
+  ASSERT_EQ(linears.size(), 9u);
+  auto int8_of = [](const Linear& l) {
+    return std::make_shared<QuantizedLinear>(quantize_int8_per_channel(l.weight), l.bias);
+  };
+  for (const auto& l : linears) {
+    model->set_int8_linear(l.module, int8_of(l));
+    const auto out = model->forward(inputs);
+    model->clear_int8_linears();
+    // Used (the logits move) and close (int8 rounding only).
+    EXPECT_FALSE(torch::equal(out, reference)) << "forward did not use the int8 layer";
+    EXPECT_LT((out - reference).norm().item<double>(), 0.05 * reference.norm().item<double>());
+  }
+  for (const auto& l : linears) model->set_int8_linear(l.module, int8_of(l));
+  EXPECT_EQ(model->int8_linear_count(), 9u);
+  const auto all = model->forward(inputs);
+  EXPECT_LT((all - reference).norm().item<double>(), 0.05 * reference.norm().item<double>());
+  model->clear_int8_linears();
+  EXPECT_TRUE(torch::equal(model->forward(inputs), reference));
 }
 
 TEST(GptConfig, AttentionKernelIsChosenByTheLibTorchVersion) {
