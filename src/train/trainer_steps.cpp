@@ -30,6 +30,13 @@ namespace {
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+
+// The square root of a sum of squares whose corrections may round it below zero. NaN stays NaN
+// (std::max(0.0, NaN) is 0.0, which would hide a non-finite gradient from the skip and stop).
+double root_of_square_sum(double sq) {
+  return std::sqrt(sq < 0 ? 0.0 : sq);
+}
+
 }  // namespace
 
 StepRunner::StepRunner(Parts parts) : p_(parts) {
@@ -53,7 +60,7 @@ double StepRunner::global_grad_norm() {
     // group (host doubles on the control plane), then over the tp group as below.
     double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
     sq = p_.env.control.dp->sum(sq);
-    return std::sqrt(std::max(0.0, tp.size() == 1 ? sq : tp.sum(sq)));
+    return root_of_square_sum(tp.size() == 1 ? sq : tp.sum(sq));
   }
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
   if (tp.size() == 1) return std::sqrt(sq);
@@ -63,7 +70,7 @@ double StepRunner::global_grad_norm() {
   for (auto i : replicated_entries_) {
     sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
   }
-  return std::sqrt(std::max(0.0, tp.sum(sq)));
+  return root_of_square_sum(tp.sum(sq));
 }
 
 bool StepRunner::nonfinite(double grad_norm) {
