@@ -643,7 +643,7 @@ nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& opti
         const auto attention =
             plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element, m.dropout,
                                        plan::RecomputeMode::kAttention);
-        heap_slack = plan::gpt_heap_slack_bytes(none, attention, m.recompute);
+        heap_slack = plan::gpt_heap_slack_bytes(none, attention, m.recompute, n * run.weights);
       }
       if (t) {
         t->row(str("activations per micro-batch, recompute ", recompute_name(mode)), a.total(), "B",

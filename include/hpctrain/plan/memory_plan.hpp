@@ -74,14 +74,16 @@ struct HostMemory {
 /// peak of a one-layer width-8 gpt on 2 ranks, Debian 12, LibTorch 1.13, OpenMPI 4.1 (203 MiB).
 constexpr double kDefaultProcessBaseBytes = 203.0 * 1024 * 1024;
 
-/// The heap slack of a gpt run on a CPU host, calibrated on gpt-small and gpt-medium
-/// (docs/BENCHMARKS.md): two blocks' activations as kept without recomputation (`none`, the
-/// estimate for RecomputeMode::kNone), whatever `mode` keeps, since one block's forward and
-/// backward temporaries are allocated and freed around the live tensors however many blocks
-/// are kept; with kAttention twice more the scores and probabilities that each block rebuilds.
-/// Local.
+/// The heap slack of a gpt run on a CPU host, calibrated on gpt-small and gpt-medium at 2 and 4
+/// ranks (docs/BENCHMARKS.md, within 7% of peak RSS there): two blocks' activations as kept
+/// without recomputation (`none`, the estimate for RecomputeMode::kNone) whatever `mode` keeps,
+/// since one block's forward and backward temporaries are allocated and freed around the live
+/// tensors however many blocks are kept; twice the weight bytes (`weight_bytes`, this device's),
+/// for the per-parameter gradients autograd allocates before adding them into the flat buffer
+/// and the buffers MPI allocates to reduce the buckets; with kAttention twice more the scores
+/// and probabilities that each block rebuilds. Local.
 double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
-                            RecomputeMode mode);
+                            RecomputeMode mode, double weight_bytes);
 
 /// "80GiB", "141 GB", "1.5e9" (bytes) -> bytes. Throws ConfigError naming `what`. Local.
 double parse_bytes(const std::string& text, const std::string& what);
