@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Memory and throughput of the gpt with and without a sharded optimizer state
-# (parallel.shard_optimizer) and activation recomputation (model.recompute), on 2 and 4 ranks,
-# alternating the variants in one invocation so that they see the same machine load. For each run:
-# peak resident memory per rank (the ledger's peak_rss_bytes_per_rank, the largest rank), the
-# plan's prediction (hpctrain plan --json: weights + gradients + optimizer state + one
-# micro-batch's activations) plus the process's fixed cost (the peak RSS of the same command with
-# a one-layer width-8 gpt, measured first), and tokens/s from the ledger.
-#   scripts/bench_memory.sh [config] [steps] [ranks...]     (default configs/gpt-small-tp2.yaml 6 2 4)
+# (parallel.shard_optimizer) and activation recomputation (model.recompute), on each rank count,
+# the variants one after another in one invocation so that they see the same machine load.
+# For each run, from its ledger.json: peak resident memory (VmHWM, the largest rank), the peak
+# bytes of live host tensors (the counting CPU allocator) and tokens/s; from `hpctrain plan
+# --json`: the predicted tensor peak (memory.total_bytes) and the predicted peak RSS
+# (memory.host.peak_rss_bytes: that plus glibc's heap slack plus the process base, measured
+# first as the peak RSS less the tensor peak of the same command with a one-layer width-8 gpt).
+#   scripts/bench_memory.sh [config] [steps] [ranks...]   (default configs/gpt-small-tp2.yaml 2 2 4)
+# BENCH_OUT (default /tmp/hpctrain-bench-memory) keeps the runs; BENCH_REUSE=1 prints the table
+# of the runs already there (after a change to the plan) without training again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 config=${1:-configs/gpt-small-tp2.yaml}
-steps=${2:-6}
+steps=${2:-2}
 shift $(($# > 2 ? 2 : $#)) || true
 ranks=("$@")
 ((${#ranks[@]})) || ranks=(2 4)
@@ -22,46 +25,63 @@ flags=(--oversubscribe --bind-to none)
 [[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 out=${BENCH_OUT:-/tmp/hpctrain-bench-memory}
-rm -rf "$out" && mkdir -p "$out"
+name=$(basename "$config" .yaml)
 common=(--set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1
   --set "run.max_steps=$steps" --set eval.every_steps=0 --set eval.at_end=false
   --set checkpoint.at_end=false --set logging.progress=plain --resume none)
-variants=("plain:false:none" "sharded:true:none" "block:false:block" "sharded+block:true:block")
-for np in "${ranks[@]}"; do
-  mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
-    --set model.layers=1 --set model.width=8 --set model.heads=1 \
-    --set "run.dir=$out/base-$np" >"$out/base-$np.log" 2>&1
-  for v in "${variants[@]}"; do
-    IFS=: read -r name shard recompute <<<"$v"
-    run=$out/$name-$np
-    sets=(--set "parallel.shard_optimizer=$shard" --set "model.recompute=$recompute")
+variants=("plain:false:none" "sharded:true:none" "block:false:block" "sharded+block:true:block"
+  "attention:false:attention")
+if [[ ${BENCH_REUSE:-0} != 1 ]]; then
+  mkdir -p "$out"
+  for np in "${ranks[@]}"; do
+    echo "$(date +%T) $name on $np ranks; load: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt"
+    rm -rf "$out/$name-base-$np"
     mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
-      "${sets[@]}" --set "run.dir=$run" >"$run.log" 2>&1
-    "$bin" plan -c "$config" "${common[@]:0:6}" "${sets[@]}" --devices "$np" --samples 100000 \
-      --json >"$run.plan.json"
+      --set model.layers=1 --set model.width=8 --set model.heads=1 \
+      --set "run.dir=$out/$name-base-$np" >"$out/$name-base-$np.log" 2>&1
+    for v in "${variants[@]}"; do
+      IFS=: read -r variant shard recompute <<<"$v"
+      run=$out/$name-$variant-$np
+      rm -rf "$run"
+      mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
+        --set "parallel.shard_optimizer=$shard" --set "model.recompute=$recompute" \
+        --set "run.dir=$run" >"$run.log" 2>&1
+    done
+  done
+  echo "$(date +%T) done; load: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt"
+fi
+for np in "${ranks[@]}"; do
+  base=$(/usr/bin/python3 -c "import json,sys; l=json.load(open(sys.argv[1]))
+print(max(r - t for r, t in zip(l['peak_rss_bytes_per_rank'], l['peak_tensor_bytes_per_rank'])))" \
+    "$out/$name-base-$np/ledger.json")
+  for v in "${variants[@]}"; do
+    IFS=: read -r variant shard recompute <<<"$v"
+    "$bin" plan -c "$config" "${common[@]:0:6}" --set "parallel.shard_optimizer=$shard" \
+      --set "model.recompute=$recompute" --devices "$np" --samples 100000 --host-base "$base" \
+      --json >"$out/$name-$variant-$np.plan.json"
   done
 done
-/usr/bin/python3 - "$out" "${ranks[@]}" <<'PY'
+/usr/bin/python3 - "$out" "$name" "${ranks[@]}" <<'PY'
 import json, sys
-out, ranks = sys.argv[1], sys.argv[2:]
-names = ["plain", "sharded", "block", "sharded+block"]
+out, name, ranks = sys.argv[1], sys.argv[2], sys.argv[3:]
+variants = ["plain", "sharded", "block", "sharded+block", "attention"]
 MiB = 2 ** 20
-print(f"{'ranks':>5s} {'variant':14s} {'peak RSS/rank':>13s} {'predicted':>10s} {'error':>7s} "
-      f"{'state':>8s} {'activations':>11s} {'tokens/s':>9s} {'vs plain':>8s}")
+print(f"{'config':14s} {'ranks':>5s} {'variant':14s} {'peak RSS':>9s} {'predicted':>9s} {'error':>6s} "
+      f"{'tensors':>8s} {'predicted':>9s} {'error':>6s} {'tokens/s':>8s} {'vs plain':>8s}")
 for np in ranks:
-    base = max(json.load(open(f"{out}/base-{np}/ledger.json"))["peak_rss_bytes_per_rank"])
     plain_tps = None
-    for name in names:
-        ledger = json.load(open(f"{out}/{name}-{np}/ledger.json"))
-        memory = json.load(open(f"{out}/{name}-{np}.plan.json"))["memory"]
+    for v in variants:
+        ledger = json.load(open(f"{out}/{name}-{v}-{np}/ledger.json"))
+        memory = json.load(open(f"{out}/{name}-{v}-{np}.plan.json"))["memory"]
         rss = max(ledger["peak_rss_bytes_per_rank"])
-        acts = memory["activation_bytes"][memory["recompute"]]
-        predicted = base + memory["total_bytes"]
+        tensors = max(ledger["peak_tensor_bytes_per_rank"])
+        rss_pred = memory["host"]["peak_rss_bytes"]
+        tensor_pred = memory["total_bytes"]
         tps = ledger["throughput"]["train_tokens_per_s"]
         plain_tps = plain_tps or tps
-        state = memory["total_bytes"] - acts
-        print(f"{np:>5s} {name:14s} {rss / MiB:10.0f} MiB {predicted / MiB:6.0f} MiB "
-              f"{(predicted - rss) / rss * 100:+6.1f}% {state / MiB:5.0f} MiB {acts / MiB:7.0f} MiB "
-              f"{tps:9.0f} {tps / plain_tps:8.2f}")
-    print(f"{'':5s} (fixed cost: peak RSS of a 1-layer width-8 gpt, {base / MiB:.0f} MiB)")
+        print(f"{name:14s} {np:>5s} {v:14s} {rss / MiB:5.0f} MiB {rss_pred / MiB:5.0f} MiB "
+              f"{(rss_pred - rss) / rss * 100:+5.1f}% {tensors / MiB:4.0f} MiB {tensor_pred / MiB:5.0f} MiB "
+              f"{(tensor_pred - tensors) / tensors * 100:+5.1f}% {tps:8.0f} {tps / plain_tps:8.2f}")
+    print(f"{'':14s} {np:>5s} process base {memory['host']['process_base_bytes'] / MiB:.0f} MiB, "
+          f"heap slack {memory['host']['heap_slack_bytes'] / MiB:.0f} MiB ({v})")
 PY

@@ -61,6 +61,7 @@ struct PlanOptions {
   bool json = false;
   // Memory.
   std::string device_memory;
+  std::string host_base;
   bool shard_optimizer = false;
   std::int64_t heads = 0;
   std::int64_t micro_batch = 0;
@@ -590,7 +591,7 @@ const char* recompute_name(plan::RecomputeMode mode) {
 // Memory per device: parameters, gradients and optimizer state from the bytes-per-parameter
 // table, activations of one micro-batch (gpt), and whether --device-memory holds them.
 nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& optimizer,
-                                   double device_memory, Table* t) {
+                                   double device_memory, double host_base, Table* t) {
   using plan::WeightLayout;
   const auto run = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, m.shard);
   const auto other = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, !m.shard);
@@ -612,6 +613,7 @@ nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& opti
   j["gradient_bytes"] = n * run.gradients;
   j["optimizer_state_bytes"] = n * run.sharded;
   double activations = 0;
+  double heap_slack = 0;
   if (t) {
     t->section(str("memory per device (", optimizer, ", dp=", m.dp, " x tp=", m.tp, ", optimizer ",
                    "state ", m.shard ? "sharded" : "not sharded", ")"));
@@ -635,6 +637,14 @@ nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& opti
                                                 m.dropout, mode);
       acts[recompute_name(mode)] = a.total();
       if (mode == m.recompute) activations = a.total();
+      if (mode == plan::RecomputeMode::kBlock) {  // the last of the three: none and attention known
+        const auto none = plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element,
+                                                     m.dropout, plan::RecomputeMode::kNone);
+        const auto attention =
+            plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element, m.dropout,
+                                       plan::RecomputeMode::kAttention);
+        heap_slack = plan::gpt_heap_slack_bytes(none, attention, m.recompute, n * run.weights);
+      }
       if (t) {
         t->row(str("activations per micro-batch, recompute ", recompute_name(mode)), a.total(), "B",
                str("(", format_bytes(a.total()), mode == m.recompute ? "; this run)" : ")"));
@@ -653,6 +663,22 @@ nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& opti
   if (t)
     t->row("total (state + this run's activations)", total, "B",
            str("(", format_bytes(total), ")"));
+  // On a CPU host the tensors live in glibc's heap, beside its free space and the process's
+  // libraries and buffers: the peak resident memory (docs/PLAN.md, "Memory on a CPU host").
+  plan::HostMemory host;
+  host.tensors = total;
+  host.heap_slack = heap_slack;
+  host.process_base = host_base > 0 ? host_base : plan::kDefaultProcessBaseBytes;
+  j["host"] = {{"tensor_bytes", host.tensors},
+               {"heap_slack_bytes", host.heap_slack},
+               {"process_base_bytes", host.process_base},
+               {"process_base", host_base > 0 ? "--host-base" : "default (measured on Debian 12)"},
+               {"peak_rss_bytes", host.peak_rss()}};
+  if (t) {
+    t->row("peak resident memory on a CPU host", host.peak_rss(), "B",
+           str("(", format_bytes(host.peak_rss()), ": + heap slack ", format_bytes(heap_slack),
+               " + process base ", format_bytes(host.process_base), ")"));
+  }
   if (device_memory > 0) {
     j["device_memory"] = device_memory;
     j["fits"] = total <= device_memory;
@@ -681,6 +707,7 @@ int run_plan(CommandContext& ctx) {
   const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
   const double device_memory =
       o.device_memory.empty() ? 0 : plan::parse_bytes(o.device_memory, "--device-memory");
+  const double host_base = o.host_base.empty() ? 0 : plan::parse_bytes(o.host_base, "--host-base");
 
   PlanInputs in;
   if (!o.config.empty() || (!has_size_arguments(o) && calibration)) {
@@ -733,7 +760,7 @@ int run_plan(CommandContext& ctx) {
     int8["eval_device_hours"] = plan.eval_device_hours / speedup;
     j["compress_int8"] = int8;
   }
-  j["memory"] = memory_plan(g_memory, in.optimizer, device_memory, nullptr);
+  j["memory"] = memory_plan(g_memory, in.optimizer, device_memory, host_base, nullptr);
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;
@@ -768,7 +795,7 @@ int run_plan(CommandContext& ctx) {
   }
   Table t;
   add_plan_rows(t, plan);
-  memory_plan(g_memory, in.optimizer, device_memory, &t);
+  memory_plan(g_memory, in.optimizer, device_memory, host_base, &t);
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",
@@ -907,6 +934,10 @@ CommandRegistration reg(
       auto* memory = "Memory";
       app.add_option("--device-memory", o.device_memory,
                      "Memory of one device (80GiB, 141GB): say whether the run fits")
+          ->group(memory);
+      app.add_option("--host-base", o.host_base,
+                     "Resident memory of a training process before its model (e.g. 203MiB, the "
+                     "default): the CPU host's peak resident memory adds it")
           ->group(memory);
       app.add_flag("--shard-optimizer", o.shard_optimizer,
                    "Plan with the optimizer state sharded over the data-parallel group "

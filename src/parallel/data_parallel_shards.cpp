@@ -43,7 +43,9 @@ double DataParallelShards::owned_grad_square_sum(const std::vector<std::size_t>&
       if (begin < end) sum -= (1.0 - weight) * flat_.grad_square_sum(begin, end - begin);
     }
   }
-  return std::max(0.0, sum);
+  // Rounding of the corrections may leave a tiny negative sum; a NaN (an overflowed gradient
+  // times zero) must stay NaN, which std::max(0.0, NaN) would turn into 0.
+  return sum < 0 ? 0.0 : sum;
 }
 
 void DataParallelShards::scale_owned_grads(double factor) {

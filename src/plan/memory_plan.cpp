@@ -78,6 +78,14 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
   return a;
 }
 
+double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
+                            RecomputeMode mode, double weight_bytes) {
+  double slack = 2 * none.per_layer + 2 * weight_bytes;
+  // The scores and probabilities of a block: what recompute=attention does not keep.
+  if (mode == RecomputeMode::kAttention) slack += 2 * (none.per_layer - attention.per_layer);
+  return slack;
+}
+
 double parse_bytes(const std::string& text, const std::string& what) {
   const char* begin = text.c_str();
   char* end = nullptr;

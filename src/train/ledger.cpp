@@ -29,6 +29,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   world.reduce(p, comm::ReduceOp::kSum);
   const std::vector<std::int64_t> peaks = world.all_gather(peak_rss_bytes());
   const std::vector<std::int64_t> device_peaks = world.all_gather(f.peak_device_memory_bytes);
+  const std::vector<std::int64_t> tensor_peaks = world.all_gather(f.peak_tensor_bytes);
 
   const double train_flops_per_sample = 3.0 * f.forward_flops_per_sample;  // forward + 2x backward
   const double train_flops = train_flops_per_sample * static_cast<double>(f.samples_trained);
@@ -80,6 +81,10 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
       {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
   j["rank_seconds_per_rank"] = per_rank;
   j["peak_rss_bytes_per_rank"] = peaks;
+  // Host tensors alive at once: the part of peak RSS that the plan's memory estimate models.
+  if (*std::min_element(tensor_peaks.begin(), tensor_peaks.end()) >= 0) {
+    j["peak_tensor_bytes_per_rank"] = tensor_peaks;
+  }
   if (*std::min_element(device_peaks.begin(), device_peaks.end()) >= 0) {
     j["peak_device_memory_bytes_per_rank"] = device_peaks;
   }

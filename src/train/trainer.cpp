@@ -43,6 +43,7 @@
 #include "profile_session.hpp"
 #include "run_files.hpp"
 #include "run_report.hpp"
+#include "tensor_memory.hpp"
 #include "trace_session.hpp"
 #include "trainer_checkpoint.hpp"
 #include "trainer_steps.hpp"
@@ -158,6 +159,7 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
                  const std::string& resume)
     : impl_(std::make_unique<Impl>(std::move(env))) {
   Impl& m = *impl_;
+  install_tensor_memory_counter();  // before the model, data and state exist: all are counted
   m.cfg = TrainConfig::from(config, default_run_dir);
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
@@ -370,6 +372,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.skipped_steps = state.skipped_steps;
   facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
   facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;
+  facts.peak_tensor_bytes = peak_tensor_bytes();
   add_memory_facts(facts, *model, *flat, *optimizer, cfg);
   return facts;
 }

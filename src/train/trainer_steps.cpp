@@ -32,6 +32,12 @@ constexpr int kForward = 0;
 constexpr int kBackward = 1;
 constexpr int kOptimizer = 2;
 constexpr int kCommWait = 3;
+
+// The square root of a sum of squares whose corrections may round it below zero. NaN stays NaN
+// (std::max(0.0, NaN) is 0.0, which would hide a non-finite gradient from the skip and stop).
+double root_of_square_sum(double sq) {
+  return std::sqrt(sq < 0 ? 0.0 : sq);
+}
 }  // namespace
 
 StepRunner::StepRunner(Parts parts) : p_(parts), timer_(parts.device.is_cuda()) {
@@ -61,7 +67,7 @@ double StepRunner::global_grad_norm() {
     // group (host doubles on the control plane), then over the tp group as below.
     double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
     sq = p_.env.control.dp->sum(sq);
-    return std::sqrt(std::max(0.0, tp.size() == 1 ? sq : tp.sum(sq)));
+    return root_of_square_sum(tp.size() == 1 ? sq : tp.sum(sq));
   }
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
   if (tp.size() == 1) return std::sqrt(sq);
@@ -71,7 +77,7 @@ double StepRunner::global_grad_norm() {
   for (auto i : replicated_entries_) {
     sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
   }
-  return std::sqrt(std::max(0.0, tp.sum(sq)));
+  return root_of_square_sum(tp.sum(sq));
 }
 
 bool StepRunner::nonfinite(double grad_norm) {

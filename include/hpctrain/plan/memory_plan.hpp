@@ -60,6 +60,31 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
                                      std::int64_t batch, int tp, double element_bytes, bool dropout,
                                      RecomputeMode mode);
 
+/// Peak resident memory of one rank training on a CPU host (docs/PLAN.md, "Memory on a CPU
+/// host"): the tensors alive at the peak (what a device would hold: state + activations), the
+/// free space glibc's heap keeps beside them, and the process's fixed base.
+struct HostMemory {
+  double tensors = 0;       ///< weights, gradients, optimizer state and activations
+  double heap_slack = 0;    ///< freed chunks the heap keeps (fragmentation), modelled
+  double process_base = 0;  ///< libraries, MPI, HDF5, data buffers: measured, not modelled
+  double peak_rss() const { return tensors + heap_slack + process_base; }
+};
+
+/// The process base assumed when none is measured: the peak resident memory less the tensor
+/// peak of a one-layer width-8 gpt on 2 ranks, Debian 12, LibTorch 1.13, OpenMPI 4.1 (203 MiB).
+constexpr double kDefaultProcessBaseBytes = 203.0 * 1024 * 1024;
+
+/// The heap slack of a gpt run on a CPU host, calibrated on gpt-small and gpt-medium at 2 and 4
+/// ranks (docs/BENCHMARKS.md, within 7% of peak RSS there): two blocks' activations as kept
+/// without recomputation (`none`, the estimate for RecomputeMode::kNone) whatever `mode` keeps,
+/// since one block's forward and backward temporaries are allocated and freed around the live
+/// tensors however many blocks are kept; twice the weight bytes (`weight_bytes`, this device's),
+/// for the per-parameter gradients autograd allocates before adding them into the flat buffer
+/// and the buffers MPI allocates to reduce the buckets; with kAttention twice more the scores
+/// and probabilities that each block rebuilds. Local.
+double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
+                            RecomputeMode mode, double weight_bytes);
+
 /// "80GiB", "141 GB", "1.5e9" (bytes) -> bytes. Throws ConfigError naming `what`. Local.
 double parse_bytes(const std::string& text, const std::string& what);
 

@@ -49,6 +49,8 @@ struct LedgerFacts {
   std::int64_t skipped_steps = 0;  ///< steps of the run skipped for non-finite gradients
   double loss_scale = 0;           ///< the loss scale at the end (0: no loss scaling)
   std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor
+  /// This rank's most host-tensor bytes alive at once (the counting CPU allocator; -1 unknown).
+  std::int64_t peak_tensor_bytes = -1;
   /// Bytes this rank holds for training state (flat buffers, padding included) and the
   /// activations of one micro-batch as docs/PLAN.md estimates them (gpt only; 0 otherwise).
   std::int64_t parameter_bytes = 0;

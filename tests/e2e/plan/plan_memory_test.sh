@@ -9,7 +9,8 @@ common=(-c "$configs/gpt-tiny.yaml" --samples 4096 --eval-samples 64 --devices 4
 
 expect_exit 0 "$TMP/plain.json" "$HPCTRAIN_BIN" plan "${common[@]}" --device-memory 80GiB --json
 expect_exit 0 "$TMP/sharded.json" "$HPCTRAIN_BIN" plan "${common[@]}" \
-  --set parallel.shard_optimizer=true --set model.recompute=block --device-memory 1MiB --json
+  --set parallel.shard_optimizer=true --set model.recompute=block --device-memory 1MiB \
+  --host-base 100MiB --json
 $PY - "$TMP/plain.json" "$TMP/sharded.json" <<'PY' || fail "memory figures"
 import json, sys
 plain = json.load(open(sys.argv[1]))["memory"]
@@ -28,6 +29,13 @@ assert plain["recompute"] == "none" and sharded["recompute"] == "block"
 assert plain["total_bytes"] == 16 * params + a["none"], plain
 assert sharded["total_bytes"] == 10 * params + a["block"], sharded
 assert plain["fits"] is True and sharded["fits"] is False
+# A CPU host's peak RSS: the tensors, glibc's heap slack and the process base (default or given).
+h, hp = sharded["host"], plain["host"]
+assert h["process_base_bytes"] == 100 * 2**20 and h["process_base"] == "--host-base", h
+assert hp["process_base_bytes"] == 203 * 2**20, hp
+assert h["tensor_bytes"] == sharded["total_bytes"] and h["heap_slack_bytes"] > 2 * params * 4, h
+assert h["peak_rss_bytes"] == h["tensor_bytes"] + h["heap_slack_bytes"] + h["process_base_bytes"], h
+assert hp["heap_slack_bytes"] == h["heap_slack_bytes"], (hp, h)  # the same blocks and weights
 PY
 
 expect_exit 0 "$TMP/table.txt" "$HPCTRAIN_BIN" plan "${common[@]}" --set parallel.shard_optimizer=true \

@@ -2,7 +2,8 @@
 # The resource monitor: a run that holds a known extra buffer (debug.extra_memory_mb) records a
 # resident-memory peak higher by that amount (within 10%) than the same run without it, in
 # metrics.jsonl (max over ranks) and in the ledger's per-rank peaks; every train record carries
-# min <= mean <= max of CPU, memory and peak over the ranks.
+# min <= mean <= max of CPU, memory and peak over the ranks. The ledger's tensor peak (live host
+# tensors) lies between the training state and the resident peak and ignores the extra buffer.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -36,5 +37,17 @@ lb = json.load(open(f"{extra}/ledger.json"))["peak_rss_bytes_per_rank"]
 for x, y in zip(la, lb):
     assert abs((y - x) - want) < 0.1 * want, ("ledger peak rose by", y - x, "not", want)
 print("peak rise per rank (MiB):", [(y - x) / 1048576 for x, y in zip(la, lb)])
+# The tensor peak (counting CPU allocator) holds at least the training state, stays below the
+# resident peak, and ignores the extra buffer, which is no tensor.
+for run in (base, extra):
+    ledger = json.load(open(f"{run}/ledger.json"))
+    m = ledger["memory_per_rank"]
+    state = m["parameter_bytes"] + m["gradient_bytes"] + m["optimizer_state_bytes"]
+    for t, r in zip(ledger["peak_tensor_bytes_per_rank"], ledger["peak_rss_bytes_per_rank"]):
+        assert state < t < r, ("tensor peak", t, "state", state, "rss peak", r)
+ta = json.load(open(f"{base}/ledger.json"))["peak_tensor_bytes_per_rank"]
+tb = json.load(open(f"{extra}/ledger.json"))["peak_tensor_bytes_per_rank"]
+for x, y in zip(ta, tb):
+    assert abs(y - x) < 0.01 * want, ("tensor peak moved by", y - x, "with a non-tensor buffer")
 PY
 finish

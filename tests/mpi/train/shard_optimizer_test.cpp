@@ -1,14 +1,18 @@
 // Sharded optimizer state (parallel.shard_optimizer) against the unsharded optimizer on the same
 // grid: the same loss at every step and the same final parameters, bitwise where the reduction
 // order is the same (dp <= 2: a reduce-scatter and an all-reduce add the same two numbers), else
-// within 1e-6; with several optimizers, bucket sizes, accumulation, clipping and overlap off, and
-// with parameters smaller than a shard (padding). Checkpoints of sharded runs hold logical
-// tensors: a run stopped while sharded resumes exactly, sharded or not, and at another dp size.
+// within 1e-6; for the mlp, cnn and gpt, with several optimizers, bucket sizes, accumulation,
+// clipping, overlap off, bf16 autocast and dynamic loss scaling, and with parameters smaller than
+// a shard (padding). An overflow on one rank skips the step on every rank while sharded.
+// Checkpoints of sharded runs hold logical tensors: a run stopped while sharded (debug.stop_step
+// raises the stop signal's flag) resumes exactly, sharded or not, and at another dp size.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -44,6 +48,15 @@ std::string dataset_dir() {
       auto inputs = centres.index_select(0, labels) + 0.7 * torch::randn({480, 12}, gen);
       data::Provenance prov{"synthetic", "shard_optimizer_test"};
       data::write_classification_file(d + "/train.h5", inputs, labels, 4, 1.0, prov);
+      // Tokens for the gpt: a repeating pattern with noise, 300 sequences of 8 (8 steps of
+      // 4 sequences x 4 dp ranks x 2 micro-batches fit in one epoch).
+      constexpr std::int64_t kTokens = 300 * 8 + 1;
+      auto noise = torch::randint(0, 7, {kTokens}, gen, torch::kLong);
+      std::vector<std::uint16_t> tokens;
+      for (std::int64_t i = 0; i < kTokens; ++i) {
+        tokens.push_back(static_cast<std::uint16_t>((i * 5 + noise[i].item<std::int64_t>()) % 32));
+      }
+      data::write_token_file(d + "/tokens.h5", tokens, 32, "bytes", prov);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return d;
@@ -53,32 +66,45 @@ std::string dataset_dir() {
 
 struct TrainResult {
   std::vector<std::pair<std::string, torch::Tensor>> params;
-  std::vector<double> losses;  // per step, from metrics.jsonl
+  std::vector<double> losses;         // per step, from metrics.jsonl
+  std::vector<std::int64_t> skipped;  // per step: steps skipped so far (loss scaling only)
   TrainOutcome outcome;
 };
 
-std::vector<double> step_losses(const std::string& run_dir) {
-  std::vector<double> losses;
+void read_steps(const std::string& run_dir, TrainResult& run) {
   std::ifstream in(run_dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("type", "") == "train") losses.push_back(j["loss"].get<double>());
+    if (!j.is_object() || j.value("type", "") != "train") continue;
+    // A step skipped for non-finite gradients logs no loss (null): NaN here.
+    run.losses.push_back(j["loss"].is_number() ? j["loss"].get<double>()
+                                               : std::numeric_limits<double>::quiet_NaN());
+    run.skipped.push_back(j.value("skipped_steps", std::int64_t{0}));
   }
-  return losses;
 }
 
-Config make_config(const std::string& run_dir, const std::string& extra) {
-  Config c =
-      Config::parse(str("run: {seed: 3, epochs: 1, max_steps: 8}\n"
-                        "model: {name: mlp, in_features: 12, hidden: [24, 1], num_classes: 4}\n"
-                        "data: {shuffle: true, prefetch: 2, batch_size: 4}\n"
-                        "optim: {name: adam, lr: 0.01}\n"
-                        "eval: {at_end: false}\n"
-                        "checkpoint: {at_end: false}\n"
-                        "logging: {every_steps: 1, progress: off}\n"),
-                    "<test>");
-  c.set("data.train=" + dataset_dir() + "/train.h5");
+// The models of the equivalence cases. The mlp's hidden [24, 1] holds a bias of one element,
+// fewer than the dp size, so buckets are padded; the cnn reads the 12 features as a 3x2x2 image;
+// the gpt trains on tokens.h5.
+const char* const kMlp = "{name: mlp, in_features: 12, hidden: [24, 1], num_classes: 4}";
+const char* const kCnn =
+    "{name: cnn, input_shape: [3, 2, 2], channels: [4], kernel: 3, fc: 6, num_classes: 4}";
+const char* const kGpt =
+    "{name: gpt, vocab_size: 32, seq_len: 8, layers: 2, heads: 2, width: 8, mlp_ratio: 2}";
+
+Config make_config(const std::string& run_dir, const std::string& extra, const char* model = kMlp) {
+  Config c = Config::parse(str("run: {seed: 3, epochs: 1, max_steps: 8}\n"
+                               "model: ",
+                               model,
+                               "\n"
+                               "data: {shuffle: true, prefetch: 2, batch_size: 4}\n"
+                               "optim: {name: adam, lr: 0.01}\n"
+                               "eval: {at_end: false}\n"
+                               "checkpoint: {at_end: false}\n"
+                               "logging: {every_steps: 1, progress: off}\n"),
+                           "<test>");
+  c.set(str("data.train=", dataset_dir(), model == kGpt ? "/tokens.h5" : "/train.h5"));
   c.set("run.dir=" + run_dir);
   std::istringstream items(extra);
   for (std::string item; items >> item;) c.set(item);
@@ -93,7 +119,7 @@ TrainResult train_on(MPI_Comm base, Config config, const std::string& resume = "
   TrainResult run;
   run.outcome = trainer.run();
   run.params = trainer.local_parameters();
-  run.losses = step_losses(trainer.config().run.dir);
+  read_steps(trainer.config().run.dir, run);
   return run;
 }
 
@@ -113,8 +139,12 @@ void expect_same(const TrainResult& a, const TrainResult& b, double tol, const s
   }
   ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
   ASSERT_FALSE(a.losses.empty());
+  EXPECT_EQ(a.skipped, b.skipped) << what << ": skipped steps differ";
   for (std::size_t s = 0; s < a.losses.size(); ++s) {
-    if (bitwise && tol == 0) {
+    if (std::isnan(a.losses[s]) || std::isnan(b.losses[s])) {
+      EXPECT_TRUE(std::isnan(a.losses[s]) && std::isnan(b.losses[s]))
+          << what << ": a loss at step " << s + 1 << " in one run only";
+    } else if (bitwise && tol == 0) {
       EXPECT_EQ(a.losses[s], b.losses[s]) << what << ": loss at step " << s + 1;
     } else {
       EXPECT_NEAR(a.losses[s], b.losses[s], std::max(tol, 1e-6)) << what << ": step " << s + 1;
@@ -140,6 +170,7 @@ struct Case {
   const char* name;
   const char* settings;
   double tol;  // 0: bitwise at dp <= 2
+  const char* model = kMlp;
 };
 
 class ShardedOptimizer : public ::testing::TestWithParam<Case> {};
@@ -147,10 +178,10 @@ class ShardedOptimizer : public ::testing::TestWithParam<Case> {};
 TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
   const Case c = GetParam();
   TrainResult plain =
-      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain")), c.settings));
-  TrainResult sharded =
-      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-sharded")),
-                                           str(c.settings, " parallel.shard_optimizer=true")));
+      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain")), c.settings, c.model));
+  TrainResult sharded = train_on(
+      MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-sharded")),
+                                  str(c.settings, " parallel.shard_optimizer=true"), c.model));
   EXPECT_EQ(plain.losses.size(), 8u);
   expect_same(sharded, plain, c.tol, c.name);
   // Every dp rank ends with the same parameters (the all-gather), bitwise.
@@ -161,7 +192,6 @@ TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
   }
 }
 
-// hidden [24, 1]: a bias of one element, fewer than the dp size, so buckets are padded.
 INSTANTIATE_TEST_SUITE_P(
     Train, ShardedOptimizer,
     ::testing::Values(
@@ -172,8 +202,63 @@ INSTANTIATE_TEST_SUITE_P(
              0},
         Case{"adam_accumulate3", "optim.grad_accumulation=3 parallel.bucket_mb=0", 0},
         // Clipping reads the global norm, whose partial sums are added in another order.
-        Case{"adam_clipped", "optim.grad_clip=0.05 parallel.bucket_mb=0", 1e-6}),
+        Case{"adam_clipped", "optim.grad_clip=0.05 parallel.bucket_mb=0", 1e-6},
+        Case{"cnn_adam", "parallel.bucket_mb=0.0001", 0, kCnn},
+        Case{"cnn_adamw_accumulate2", "optim.name=adamw optim.grad_accumulation=2", 0, kCnn},
+        // The gpt at its configs' learning rate: the biases of k get gradients that are zero
+        // but for rounding (softmax ignores a shift), which Adam scales up to lr-sized steps,
+        // so at dp > 2 (another reduction order) their difference grows with lr.
+        Case{"gpt_adamw", "optim.name=adamw optim.lr=0.0006 parallel.bucket_mb=0.001", 0, kGpt},
+        Case{"gpt_adamw_clipped_accumulate2",
+             "optim.name=adamw optim.lr=0.0006 optim.grad_clip=0.05 optim.grad_accumulation=2",
+             1e-6, kGpt},
+        // CPU autocast to bfloat16: float32 weights, gradients and optimizer state as unsharded.
+        Case{"mlp_bf16", "run.precision=bf16 parallel.bucket_mb=0", 0},
+        Case{"cnn_bf16", "run.precision=bf16", 0, kCnn},
+        Case{"gpt_bf16", "run.precision=bf16 optim.lr=0.0006 parallel.bucket_mb=0", 0, kGpt},
+        // Dynamic loss scaling on float32 (the fp16 path on CPU; power-of-two scales are exact).
+        Case{"mlp_loss_scale", "optim.loss_scale=dynamic optim.loss_scale_window=3", 0},
+        Case{"gpt_loss_scale_accumulate2",
+             "optim.loss_scale=dynamic optim.loss_scale_window=3 optim.grad_accumulation=2 "
+             "optim.lr=0.0006",
+             0, kGpt}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// An overflow injected after the gradient reduction on the last rank only: with the state sharded
+// every rank must skip the step (the non-finite check is agreed on the control plane, not read
+// from the rank's own shard), back the scale off and keep identical parameters.
+TEST(ShardedLossScale, OverflowOnOneRankSkipsTheStepOnEveryRank) {
+  const std::string scaled =
+      "optim.loss_scale=dynamic optim.loss_scale_window=3 parallel.bucket_mb=0.0001 ";
+  const std::string settings =
+      str(scaled, "debug.overflow_step=4 debug.overflow_rank=", rt().world_size() - 1);
+  TrainResult clean = train_on(
+      MPI_COMM_WORLD, make_config(run_dir("ls-clean"), scaled + "parallel.shard_optimizer=true"));
+  TrainResult plain = train_on(MPI_COMM_WORLD, make_config(run_dir("ls-plain"), settings));
+  TrainResult sharded =
+      train_on(MPI_COMM_WORLD,
+               make_config(run_dir("ls-sharded"), settings + " parallel.shard_optimizer=true"));
+  ASSERT_EQ(sharded.skipped.size(), 8u);
+  // Step index 4 is logged as step 5: one skip there and none elsewhere (every step is logged).
+  const std::vector<std::int64_t> want{0, 0, 0, 0, 1, 0, 0, 0};
+  EXPECT_EQ(plain.skipped, want);
+  EXPECT_EQ(sharded.skipped, want);
+  for (const auto& [name, tensor] : plain.params) {
+    EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>()) << name << " (unsharded)";
+  }
+  expect_same(sharded, plain, 0, "sharded with an overflow on the last rank");
+  for (auto& [name, tensor] : sharded.params) {
+    auto copy = tensor.clone();
+    MPI_Bcast(copy.data_ptr(), static_cast<int>(copy.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_TRUE(torch::equal(copy, tensor)) << name << " differs from rank 0's replica";
+  }
+  // The skip changed the run: the parameters are not those of the run without the overflow.
+  bool any_differs = false;
+  for (std::size_t i = 0; i < clean.params.size(); ++i) {
+    any_differs = any_differs || !torch::equal(clean.params[i].second, sharded.params[i].second);
+  }
+  EXPECT_TRUE(any_differs) << "the overflowed step was not skipped";
+}
 
 TEST(ShardedCheckpoint, StopWhileShardedResumesExactlySharedOrNot) {
   const std::string settings = "parallel.bucket_mb=0 checkpoint.keep=2";

@@ -273,6 +273,15 @@ TEST(PlanMemory, ActivationsShrinkWithRecomputationAndTensorParallelism) {
   EXPECT_LT(gpt_activation_bytes(s, 12, 8, 2, 4, false, RecomputeMode::kNone).per_layer,
             none.per_layer);
   EXPECT_THROW(gpt_activation_bytes(s, 12, 0, 1, 4, false, RecomputeMode::kNone), ConfigError);
+  // Heap slack on a CPU host: two blocks' full activations and twice the weights, whatever is
+  // kept; recompute=attention adds twice the probabilities each block rebuilds.
+  const double weights = 4.0 * 124e6;
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kBlock, weights),
+                   2 * none.per_layer + 2 * weights);
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kNone, weights),
+                   2 * none.per_layer + 2 * weights);
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kAttention, weights),
+                   2 * none.per_layer + 2 * weights + 2 * 8.0 * 1024 * 12 * 1024 * 4);
 }
 
 TEST(PlanMemory, DeviceMemorySizesParse) {
