@@ -158,7 +158,7 @@ CommandRegistration reg(
                      "global: one threshold over all prunable weights (default); layer: the same "
                      "sparsity in each layer");
     },
-    run_compress);
+    run_compress, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

@@ -239,7 +239,7 @@ CommandRegistration reg(
                      "gpt, torchscript or onnx: tokens per sequence of the export, 1 to "
                      "model.seq_len (default model.seq_len; the ONNX input is [batch, this])");
     },
-    run_export);
+    run_export, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli
