@@ -7,7 +7,8 @@ namespace hpctrain::data {
 
 TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start,
                          int dp_rank, int dp_size, int prefetch, std::int64_t end_step,
-                         int micro_batches, InputStaging staging)
+                         int micro_batches, InputStaging staging,
+                         std::shared_ptr<comm::DeviceCopier> copier)
     : sampler_(sampler), state_(start), end_step_(end_step), micro_batches_(micro_batches) {
   // Validate the slice and the state here, in the caller's thread, so a mismatch is reported
   // before any batch is read ahead.
@@ -27,7 +28,7 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
   // The producer owns its own sampler copy and state, running ahead of state_; both advance
   // deterministically, so they describe the same stream.
   auto producer = [&dataset, sampler, state = start, dp_rank, dp_size, end_step, micro_batches,
-                   micro, staging,
+                   micro, staging, copier,
                    slice = std::vector<std::int64_t>()](std::int64_t i, Batch& out) mutable {
     const int k = static_cast<int>(i % micro_batches);
     if (k == 0) {
@@ -44,6 +45,11 @@ TrainLoader::TrainLoader(Dataset& dataset, const TrainSampler& sampler, const Sa
     if (staging == InputStaging::kPinned) {
       out.inputs = out.inputs.pin_memory();
       out.targets = out.targets.pin_memory();
+      if (copier) {  // the copy runs while the device computes the steps before this one
+        out.inputs = copier->start(out.inputs);
+        out.targets = copier->start(out.targets);
+        out.ready = copier->ready();
+      }
     } else if (staging == InputStaging::kCopy) {
       out.inputs = out.inputs.clone(at::MemoryFormat::Contiguous);
       out.targets = out.targets.clone(at::MemoryFormat::Contiguous);

@@ -13,6 +13,7 @@
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/device_copy.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
@@ -480,7 +481,10 @@ TrainOutcome Trainer::run() {
       m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation,
       m.device.is_cuda()       ? data::InputStaging::kPinned
       : cfg.debug.stage_inputs ? data::InputStaging::kCopy
-                               : data::InputStaging::kNone);
+                               : data::InputStaging::kNone,
+      m.device.is_cuda() && comm::DeviceCopier::available()
+          ? std::make_shared<comm::DeviceCopier>(m.device)
+          : nullptr);
   Deadline deadline(cfg.run.time_limit_s, cfg.run.time_margin_s, *m.env.control.world);
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   const double guessed_save_s = static_cast<double>(m.flat->numel()) * 12 / 100e6;

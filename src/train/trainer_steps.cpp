@@ -6,6 +6,7 @@
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/comm/device_copy.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/data_parallel_shards.hpp"
@@ -120,6 +121,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     torch::Tensor inputs, targets;
     {
       trace::Scope traced(0, "input copy");
+      comm::DeviceCopier::wait(micro[k].ready);  // copied on the copy stream: order after it
       inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
       targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
     }

@@ -76,6 +76,10 @@ struct Batch {
   torch::Tensor targets;
   /// The global sample index of each row (filled by Dataset::read).
   std::vector<std::int64_t> indices;
+  /// On a GPU with a copy stream: inputs and targets are already device tensors whose copy may
+  /// still run; comm::DeviceCopier::wait(ready) orders the compute stream after it. Null
+  /// otherwise.
+  std::shared_ptr<void> ready;
   std::int64_t size() const { return targets.defined() ? targets.size(0) : 0; }
 };
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "hpctrain/comm/device_copy.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/prefetcher.hpp"
 #include "hpctrain/data/sampler.hpp"
@@ -30,10 +31,12 @@ class TrainLoader {
   /// `dataset` must outlive the loader. Local.
   /// With `micro_batches` K > 1 each rank slice is read as K consecutive micro-batches (its
   /// length must divide by K); `prefetch` counts micro-batches. `staging`: how the reader thread
-  /// hands batches over (InputStaging).
+  /// hands batches over (InputStaging); with kPinned and a `copier`, the reader thread also
+  /// starts each batch's copy to the GPU on the copier's stream (Batch::ready).
   TrainLoader(Dataset& dataset, const TrainSampler& sampler, const SamplerState& start, int dp_rank,
               int dp_size, int prefetch, std::int64_t end_step = -1, int micro_batches = 1,
-              InputStaging staging = InputStaging::kNone);
+              InputStaging staging = InputStaging::kNone,
+              std::shared_ptr<comm::DeviceCopier> copier = nullptr);
 
   /// The next batch of this rank; false once end_step is reached. Rethrows reader errors. Local;
   /// with micro-batches use next_step().

@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -249,6 +250,7 @@ def mutate_checkpoint(rng, base_dir, target):
 
 
 def run_case(case):
+    start = time.monotonic()
     try:
         proc = subprocess.run(case["cmd"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               timeout=case["timeout"], cwd=case["cwd"], env=case["env"])
@@ -256,6 +258,8 @@ def run_case(case):
         code = proc.returncode
     except subprocess.TimeoutExpired as e:
         return case, f"hang: no exit within {case['timeout']} s", (e.stdout or b"").decode(errors="replace")
+    finally:
+        case["seconds"] = time.monotonic() - start
     problem = None
     if code < 0:
         problem = f"killed by signal {-code}"
@@ -329,10 +333,14 @@ def main():
 
     failures = []
     counts = {}
+    seconds = {}
+    started = time.monotonic()
     print(f"fuzz seed {a.seed}: {len(cases)} cases, {a.jobs} at a time", flush=True)
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         for n, (case, problem, output) in enumerate(pool.map(run_case, cases), 1):
             counts[case["family"]] = counts.get(case["family"], 0) + 1
+            command = case["family"] + " " + case["cmd"][2]
+            seconds[command] = seconds.get(command, 0) + case["seconds"]
             if problem:
                 failures.append((case, problem, output))
             if n % 50 == 0:
@@ -349,7 +357,9 @@ def main():
                                 copy_function=lambda s, d: shutil.copy2(s, d) if os.path.isfile(s) else None)
             elif os.path.isfile(f):
                 shutil.copy(f, os.path.join(keep, str(n)))
-    print(f"fuzz seed {a.seed}: {counts} cases, {len(failures)} failure(s)")
+    print(f"fuzz seed {a.seed}: {counts} cases, {len(failures)} failure(s), "
+          f"{time.monotonic() - started:.0f} s; seconds per family and command: "
+          + ", ".join(f"{k} {v:.0f}" for k, v in sorted(seconds.items())))
     sys.exit(1 if failures else 0)
 
 
