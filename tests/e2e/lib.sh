@@ -10,6 +10,16 @@ TMP=$HPCTRAIN_TEST_TMP
 PY=/usr/bin/python3
 FAILURES=0
 
+# HPCTRAIN_HEAP_CHECK=PRELOAD (scripts/sanitize.sh): every hpctrain process of the test runs
+# under glibc's heap checking (PRELOAD = libc_malloc_debug.so.0, MALLOC_CHECK_=3, freed and new
+# memory perturbed), through a wrapper, so the launcher (mpirun) is not checked with it.
+if [[ -n ${HPCTRAIN_HEAP_CHECK:-} ]]; then
+  printf '#!/bin/sh\nLD_PRELOAD=%s MALLOC_CHECK_=3 MALLOC_PERTURB_=165 exec %s "$@"\n' \
+    "$HPCTRAIN_HEAP_CHECK" "$HPCTRAIN_BIN" >"$TMP/hpctrain-heap-checked"
+  chmod +x "$TMP/hpctrain-heap-checked"
+  HPCTRAIN_BIN=$TMP/hpctrain-heap-checked
+fi
+
 fail() {
   echo "FAIL: $*" >&2
   FAILURES=$((FAILURES + 1))
