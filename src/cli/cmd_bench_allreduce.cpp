@@ -14,6 +14,7 @@
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "output.hpp"
 #include "session.hpp"
 
 namespace hpctrain::cli {
@@ -146,7 +147,7 @@ int run_bench_allreduce(CommandContext& ctx) {
                                {"iters", g_opt.iters},
                                {"rounds", g_opt.rounds},
                                {"rows", rows}};
-    std::cout << out.dump(2) << std::endl;
+    print_json(out);
   }
   return 0;
 }

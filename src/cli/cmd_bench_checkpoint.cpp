@@ -17,6 +17,7 @@
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "output.hpp"
 #include "session.hpp"
 
 namespace hpctrain::cli {
@@ -209,7 +210,7 @@ int run_bench_checkpoint(CommandContext& ctx) {
          {"verify_s", r.verify_s}});
   }
   if (g_opt.json) {
-    std::cout << j.dump(2) << std::endl;
+    print_json(j);
     return 0;
   }
   std::printf(

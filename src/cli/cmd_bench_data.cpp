@@ -17,6 +17,7 @@
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "output.hpp"
 #include "session.hpp"
 
 namespace hpctrain::cli {
@@ -158,7 +159,7 @@ int run_bench_data(CommandContext& ctx) {
                            {"compute_ms", g_opt.compute_ms},
                            {"rows", rows}};
   if (g_opt.json) {
-    std::cout << j.dump(2) << std::endl;
+    print_json(j);
     return 0;
   }
   std::string chunks = "none";

@@ -5,7 +5,7 @@
 // reference.
 
 #include <algorithm>
-#include <cstdio>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -20,6 +20,7 @@
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "output.hpp"
 #include "session.hpp"
 
 namespace hpctrain::cli {
@@ -123,31 +124,30 @@ int run_bench_train(CommandContext& ctx) {
       {"last_loss", records.back()["loss"]},
       {"run_dir", run_dir}};
   if (g_opt.json) {
-    std::cout << j.dump() << std::endl;
+    print_json(j, /*pretty=*/false);
     return outcome.exit_code;
   }
-  std::printf("# hpctrain bench train: %s, %s (%lld parameters)\n", g_opt.config.c_str(),
-              j["model"].get<std::string>().c_str(),
-              static_cast<long long>(j["parameters"].get<std::int64_t>()));
-  std::printf(
-      "# %d ranks (dp=%d x tp=%d), %d thread(s) per rank, global batch %.0f, %lld steps "
-      "(%lld warm-up steps not timed)\n",
-      world_size, session.grid->dp_size(), session.grid->tp_size(), session.device.threads,
-      global_batch, static_cast<long long>(steps), static_cast<long long>(g_opt.warmup));
-  std::printf("step time        %10.4f s\n", step_time);
-  std::printf("tokens/s         %10.0f\n", j["tokens_per_s"].get<double>());
-  std::printf("samples/s        %10.2f\n", j["samples_per_s"].get<double>());
-  std::printf("achieved FLOP/s  %10.3g  (%.3g per rank)\n", j["flops_per_s"].get<double>(),
-              j["flops_per_s"].get<double>() / world_size);
-  std::printf(
-      "tp comm / step   %10.4f s  (%.1f%% of a step; slowest rank %.4f s; %.0f "
-      "collectives)\n",
-      j["tp_comm_s_per_step"].get<double>(),
-      100.0 * j["tp_comm_s_per_step"].get<double>() / step_time,
-      j["tp_comm_s_per_step_max_rank"].get<double>(), j["tp_collectives_per_step"].get<double>());
-  std::printf("loss             %10.4f -> %.4f\n", j["first_loss"].get<double>(),
-              j["last_loss"].get<double>());
-  std::fflush(stdout);
+  const double tp_comm = j["tp_comm_s_per_step"].get<double>();
+  std::cout << "# hpctrain bench train: " << g_opt.config << ", " << j["model"].get<std::string>()
+            << " (" << j["parameters"].get<std::int64_t>() << " parameters)\n"
+            << "# " << world_size << " ranks (dp=" << session.grid->dp_size()
+            << " x tp=" << session.grid->tp_size() << "), " << session.device.threads
+            << " thread(s) per rank, global batch " << number_text(global_batch) << ", " << steps
+            << " steps (" << g_opt.warmup << " warm-up steps not timed)\n";
+  Table t;
+  t.row("step time", step_time, "s");
+  t.row("tokens/s", std::round(j["tokens_per_s"].get<double>()), "");
+  t.row("samples/s", j["samples_per_s"].get<double>(), "");
+  t.row("achieved FLOP/s", j["flops_per_s"].get<double>(), "",
+        str("(", number_text(j["flops_per_s"].get<double>() / world_size), " per rank)"));
+  t.row("tp comm / step", tp_comm, "s",
+        str("(", number_text(100.0 * tp_comm / step_time), "% of a step; slowest rank ",
+            number_text(j["tp_comm_s_per_step_max_rank"].get<double>()), " s; ",
+            number_text(j["tp_collectives_per_step"].get<double>()), " collectives)"));
+  t.row("first loss", j["first_loss"].get<double>(), "");
+  t.row("last loss", j["last_loss"].get<double>(), "");
+  t.print(std::cout);
+  std::cout << std::flush;
   return outcome.exit_code;
 }
 

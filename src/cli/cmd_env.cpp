@@ -22,6 +22,7 @@
 #include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "output.hpp"
 #include "session.hpp"
 
 namespace hpctrain::cli {
@@ -137,7 +138,7 @@ int run_env(CommandContext& ctx) {
                          {"tp_rank", all[r].tp_rank}});
       }
       j["ranks"] = ranks;
-      std::cout << j.dump(2) << std::endl;
+      print_json(j);
     } else {
       std::cout << "hpctrain environment\n";
       for (auto& [key, value] : j.items()) {

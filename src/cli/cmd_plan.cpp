@@ -17,11 +17,13 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/plan/size_arguments.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/train_config.hpp"
+#include "output.hpp"
 
 namespace hpctrain::cli {
 namespace {
@@ -33,27 +35,13 @@ using plan::PlanInputs;
 struct PlanOptions {
   std::string config;
   std::vector<std::string> overrides;
-  // Size arguments (without --config).
-  double params = 0;
-  std::int64_t layers = 0;
-  std::int64_t width = 0;
-  std::int64_t seq_len = 0;
-  std::int64_t vocab = 0;
-  double mlp_ratio = 4.0;
-  double forward_flops = 0;
-  // Work (with or without --config).
-  double tokens = 0;
-  double samples = 0;
-  double epochs = 0;
-  double eval_tokens = 0;
-  double eval_samples = 0;
-  double evals = -1;
+  /// The model's size (without --config) and the work (with or without it).
+  plan::SizeArguments sizes;
   // Machine, checkpoints, calibration.
   int devices = 0;
   std::string peak_flops;
   double utilization = 0.4;
   double eval_utilization = 0;
-  std::string optimizer;
   std::string ckpt_bandwidth = "1e9";
   double mtbf_hours = 0;
   std::string calibrate;
@@ -62,31 +50,10 @@ struct PlanOptions {
   // Memory.
   std::string device_memory;
   std::string host_base;
-  bool shard_optimizer = false;
-  std::int64_t heads = 0;
-  std::int64_t micro_batch = 0;
 };
 PlanOptions g_plan;
-
-// What the memory estimate needs beyond PlanInputs (docs/PLAN.md, "Memory").
-struct MemoryFacts {
-  int dp = 1;
-  int tp = 1;
-  bool shard = false;
-  bool bf16 = false;
-  double parameters_per_device = 0;  // logical parameters / tp
-  bool gpt = false;                  // activations are estimated for the gpt only
-  plan::TransformerShape shape;
-  std::int64_t heads = 0;
-  std::int64_t micro_batch = 0;
-  bool dropout = false;
-  plan::RecomputeMode recompute = plan::RecomputeMode::kNone;
-};
-MemoryFacts g_memory;
-
-bool has_size_arguments(const PlanOptions& o) {
-  return o.params > 0 || o.layers > 0 || o.width > 0 || o.forward_flops > 0;
-}
+// What the memory plan needs beyond PlanInputs, filled with them.
+plan::MemoryInputs g_memory;
 
 // The optimizer state a checkpoint of this config holds (compute_plan.hpp names).
 std::string config_optimizer(const train::OptimizerConfig& optim) {
@@ -177,13 +144,13 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
   in.devices = devices;
   g_memory.dp = static_cast<int>(dp);
   g_memory.tp = tp;
-  g_memory.shard = tc.parallel.shard_optimizer || o.shard_optimizer;
+  g_memory.shard = tc.parallel.shard_optimizer || o.sizes.shard_optimizer;
   g_memory.bf16 = tc.run.precision == train::Precision::kBf16;
   g_memory.parameters_per_device = in.parameters / tp;
   g_memory.micro_batch = tc.data.batch_size;
   in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
-  in.epochs = o.epochs > 0 ? o.epochs : static_cast<double>(tc.run.epochs);
-  in.optimizer = o.optimizer.empty() ? config_optimizer(tc.optim) : o.optimizer;
+  in.epochs = o.sizes.epochs > 0 ? o.sizes.epochs : static_cast<double>(tc.run.epochs);
+  in.optimizer = o.sizes.optimizer.empty() ? config_optimizer(tc.optim) : o.sizes.optimizer;
 
   if (recorded) {
     in.steps = recorded->steps;
@@ -198,10 +165,10 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     return in;
   }
 
-  if (o.samples > 0) {
-    in.samples_per_epoch = o.samples;
-  } else if (o.tokens > 0) {
-    in.samples_per_epoch = std::floor(o.tokens / in.tokens_per_sample);
+  if (o.sizes.samples > 0) {
+    in.samples_per_epoch = o.sizes.samples;
+  } else if (o.sizes.tokens > 0) {
+    in.samples_per_epoch = std::floor(o.sizes.tokens / in.tokens_per_sample);
   } else {
     if (tc.data.train.empty()) {
       throw ConfigError(
@@ -234,10 +201,10 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
   }
   in.train_samples = static_cast<double>(in.steps * in.global_batch);
 
-  if (o.eval_samples > 0) {
-    in.eval_samples_per_pass = o.eval_samples;
-  } else if (o.eval_tokens > 0) {
-    in.eval_samples_per_pass = std::floor(o.eval_tokens / in.tokens_per_sample);
+  if (o.sizes.eval_samples > 0) {
+    in.eval_samples_per_pass = o.sizes.eval_samples;
+  } else if (o.sizes.eval_tokens > 0) {
+    in.eval_samples_per_pass = std::floor(o.sizes.eval_tokens / in.tokens_per_sample);
   } else if (!tc.data.val.empty()) {
     if (!std::filesystem::exists(tc.data.val)) {
       throw DataError(str("data.val = ", tc.data.val,
@@ -254,86 +221,11 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     in.eval_samples_per_pass =
         std::min(in.eval_samples_per_pass, static_cast<double>(tc.eval.max_samples));
   }
-  if (o.evals >= 0) {
-    in.eval_passes = o.evals;
+  if (o.sizes.evals >= 0) {
+    in.eval_passes = o.sizes.evals;
   } else if (in.eval_samples_per_pass > 0) {
     in.eval_passes = static_cast<double>(
         plan::planned_evaluations(in.steps, tc.eval.every_steps, tc.eval.at_end));
-  }
-  return in;
-}
-
-// The model and work given as size arguments (no config).
-PlanInputs inputs_from_sizes(const PlanOptions& o, int devices) {
-  PlanInputs in;
-  in.source = "size arguments";
-  in.devices = devices;
-  in.epochs = o.epochs > 0 ? o.epochs : 1;
-  in.optimizer = o.optimizer.empty() ? "adam" : o.optimizer;
-  const bool transformer = o.params > 0 || (o.layers > 0 && o.width > 0);
-  if (transformer) {
-    if ((o.layers > 0) != (o.width > 0) && o.params <= 0) {
-      throw ConfigError("give both --layers and --width (or --params) to size a transformer");
-    }
-    in.model_name = "transformer";
-    in.task = "language_model";
-    const plan::TransformerShape shape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
-    const bool shaped = o.layers > 0 && o.width > 0;
-    const double n = o.params > 0 ? o.params : plan::transformer_non_embedding_parameters(shape);
-    in.non_embedding_parameters = n;
-    in.parameters = n;
-    if (o.params <= 0 && o.vocab > 0) {
-      in.parameters += plan::transformer_embedding_parameters(shape);
-    }
-    const bool attention = shaped && o.seq_len > 0;
-    const double per_token =
-        attention ? plan::transformer_forward_flops_per_token(n, o.layers, o.seq_len, o.width)
-                  : 2.0 * n;
-    in.flops_formula = attention ? "6 N D + 6 layers T width D (training), 2 N D + 2 layers T "
-                                   "width D (evaluation)"
-                                 : "6 N D (training), 2 N D (evaluation)";
-    // A sample is a sequence when the sequence length is known, else a token.
-    in.tokens_per_sample = o.seq_len > 0 ? static_cast<double>(o.seq_len) : 1.0;
-    in.forward_flops_per_sample = per_token * in.tokens_per_sample;
-    if (o.tokens > 0) {
-      in.samples_per_epoch = o.tokens / in.tokens_per_sample;
-    } else if (o.samples > 0) {
-      in.samples_per_epoch = o.samples;
-    } else {
-      throw ConfigError("give the training tokens D with --tokens (e.g. --tokens 300e9)");
-    }
-    if (o.eval_tokens > 0) {
-      in.eval_samples_per_pass = o.eval_tokens / in.tokens_per_sample;
-    } else if (o.eval_samples > 0) {
-      in.eval_samples_per_pass = o.eval_samples;
-    }
-  } else if (o.forward_flops > 0) {
-    in.model_name = "model";
-    in.task = "classification";
-    in.parameters = o.params;
-    in.forward_flops_per_sample = o.forward_flops;
-    in.flops_formula = "--forward-flops per sample, training 3x forward";
-    if (o.samples <= 0) throw ConfigError("give the samples of an epoch with --samples N");
-    in.samples_per_epoch = o.samples;
-    in.eval_samples_per_pass = o.eval_samples;
-  } else {
-    throw ConfigError(
-        "nothing to plan: give --config FILE, or a transformer's size (--params N, or --layers "
-        "and --width) with --tokens D, or --forward-flops F with --samples S; see hpctrain plan "
-        "--help and docs/PLAN.md");
-  }
-  in.train_samples = in.samples_per_epoch * in.epochs;
-  in.eval_passes = o.evals >= 0 ? o.evals : (in.eval_samples_per_pass > 0 ? 1 : 0);
-  g_memory.dp = devices;
-  g_memory.shard = o.shard_optimizer;
-  g_memory.parameters_per_device = in.parameters;
-  if (transformer && o.layers > 0 && o.width > 0 && o.seq_len > 0 && o.vocab > 0 && o.heads > 0 &&
-      o.micro_batch > 0) {
-    g_memory.gpt = true;
-    g_memory.shape =
-        plan::TransformerShape{o.layers, o.width, o.seq_len, o.vocab, o.mlp_ratio, true};
-    g_memory.heads = o.heads;
-    g_memory.micro_batch = o.micro_batch;
   }
   return in;
 }
@@ -367,7 +259,7 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanOptions& o,
   }
   Config config = Config::load(config_path.string());
   PlanOptions defaults;
-  defaults.optimizer = o.optimizer;
+  defaults.sizes.optimizer = o.sizes.optimizer;
   PlanInputs in = inputs_from_config(config, defaults, cal.world_size,
                                      RecordedRun{cal.steps, cal.samples_evaluated});
   in.peak_flops_per_device = peak_flops;
@@ -396,76 +288,6 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanOptions& o,
 }
 
 // ---- Output --------------------------------------------------------------------------------
-
-std::string number_text(double v) {
-  char buf[64];
-  if (std::fabs(v - std::round(v)) < 1e-9 && std::fabs(v) < 1e9) {
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.4g", v);
-  }
-  return buf;
-}
-
-class Table {
- public:
-  void section(const std::string& title) { rows_.push_back({"", title, "", ""}); }
-  void row(const std::string& quantity, double value, const std::string& unit,
-           const std::string& note = "") {
-    rows_.push_back({quantity, number_text(value), unit, note});
-  }
-  /// A line of words under the current section, outside the columns.
-  void text(const std::string& quantity, const std::string& value) {
-    rows_.push_back({quantity, value, "", "", true});
-  }
-  void print(std::ostream& out) const {
-    std::size_t q = 8, v = 5;
-    for (const auto& r : rows_) {
-      if (r.quantity.empty() || r.words) continue;
-      q = std::max(q, r.quantity.size());
-      v = std::max(v, r.value.size());
-    }
-    auto pad = [](const std::string& s, std::size_t n) {
-      return s + std::string(n > s.size() ? n - s.size() : 0, ' ');
-    };
-    out << "  " << pad("quantity", q) << "  " << pad("value", v) << "  unit\n";
-    for (const auto& r : rows_) {
-      if (r.quantity.empty()) {
-        out << r.value << "\n";
-        continue;
-      }
-      if (r.words) {
-        out << "  " << r.quantity << ": " << r.value << "\n";
-        continue;
-      }
-      std::string unit = r.unit;
-      if (!r.note.empty()) unit += (unit.empty() ? "" : "  ") + r.note;
-      out << "  " << pad(r.quantity, q) << "  " << pad(r.value, v) << "  " << unit << "\n";
-    }
-  }
-
- private:
-  struct Row {
-    std::string quantity, value, unit, note;
-    bool words = false;
-  };
-  std::vector<Row> rows_;
-};
-
-// "+12.3%" for a relative error of 0.123 ("+0.0%", never "-0.0%").
-std::string percent_text(double fraction) {
-  char buf[32];
-  const double pct = std::round(fraction * 1000) / 10;
-  std::snprintf(buf, sizeof buf, "%+.1f%%", pct == 0 ? 0.0 : pct);
-  return buf;
-}
-
-// "(2 h 03 min)" next to a value in seconds; nothing where the seconds say it already.
-std::string human_seconds(double s) {
-  if (s < 120) return "";
-  if (s >= 2 * 86400) return str("(", number_text(std::round(s / 86400 * 10) / 10), " days)");
-  return str("(", format_seconds(s), ")");
-}
 
 void add_plan_rows(Table& t, const ComputePlan& p) {
   const PlanInputs& in = p.in;
@@ -579,121 +401,50 @@ nlohmann::json measured_int8_speedup(const std::string& run_dir) {
   return found;
 }
 
-const char* recompute_name(plan::RecomputeMode mode) {
-  switch (mode) {
-    case plan::RecomputeMode::kBlock: return "block";
-    case plan::RecomputeMode::kAttention: return "attention";
-    case plan::RecomputeMode::kNone: break;
-  }
-  return "none";
-}
-
-// Memory per device: parameters, gradients and optimizer state from the bytes-per-parameter
-// table, activations of one micro-batch (gpt), and whether --device-memory holds them.
-nlohmann::ordered_json memory_plan(const MemoryFacts& m, const std::string& optimizer,
-                                   double device_memory, double host_base, Table* t) {
-  using plan::WeightLayout;
-  const auto run = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, m.shard);
-  const auto other = plan::parameter_bytes(WeightLayout::kFloat32, optimizer, m.dp, !m.shard);
-  const auto mixed =
-      plan::parameter_bytes(WeightLayout::kBf16WithFloat32Master, optimizer, m.dp, m.shard);
-  const double n = m.parameters_per_device;
-  nlohmann::ordered_json j;
-  j["dp"] = m.dp;
-  j["tp"] = m.tp;
-  j["shard_optimizer"] = m.shard;
-  j["bytes_per_parameter"] = {{"weights", run.weights},
-                              {"gradients", run.gradients},
-                              {"optimizer_state", run.sharded},
-                              {"total", run.total()},
-                              {m.shard ? "unsharded" : "sharded", other.total()},
-                              {"bf16_weights_float32_master", mixed.total()}};
-  const double state_bytes = n * run.total();
-  j["parameter_bytes"] = n * run.weights;
-  j["gradient_bytes"] = n * run.gradients;
-  j["optimizer_state_bytes"] = n * run.sharded;
-  double activations = 0;
-  double heap_slack = 0;
-  if (t) {
-    t->section(str("memory per device (", optimizer, ", dp=", m.dp, " x tp=", m.tp, ", optimizer ",
-                   "state ", m.shard ? "sharded" : "not sharded", ")"));
-    t->row("bytes per parameter", run.total(), "B",
-           str("(weights ", number_text(run.weights), " + gradients ", number_text(run.gradients),
-               " + optimizer state ", number_text(run.sharded), ")"));
-    t->row(m.shard ? "bytes per parameter, unsharded" : "bytes per parameter, sharded",
-           other.total(), "B");
-    t->row("bf16 weights + fp32 master (Megatron)", mixed.total(), "B",
-           m.shard ? "(6 + 12/dp for Adam)" : "(18 for Adam)");
-    t->row("parameters on this device", n, "", m.tp > 1 ? "(logical / tp)" : "");
-    t->row("weights + gradients + optimizer state", state_bytes, "B",
-           str("(", format_bytes(state_bytes), ")"));
-  }
+// The memory plan's rows (docs/PLAN.md, "Memory").
+void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
+  const plan::MemoryInputs& m = p.in;
+  t.section(str("memory per device (", p.optimizer, ", dp=", m.dp, " x tp=", m.tp, ", optimizer ",
+                "state ", m.shard ? "sharded" : "not sharded", ")"));
+  t.row("bytes per parameter", p.run.total(), "B",
+        str("(weights ", number_text(p.run.weights), " + gradients ", number_text(p.run.gradients),
+            " + optimizer state ", number_text(p.run.sharded), ")"));
+  t.row(m.shard ? "bytes per parameter, unsharded" : "bytes per parameter, sharded",
+        p.other.total(), "B");
+  t.row("bf16 weights + fp32 master (Megatron)", p.mixed.total(), "B",
+        m.shard ? "(6 + 12/dp for Adam)" : "(18 for Adam)");
+  t.row("parameters on this device", m.parameters_per_device, "", m.tp > 1 ? "(logical / tp)" : "");
+  t.row("weights + gradients + optimizer state", p.state_bytes, "B",
+        str("(", format_bytes(p.state_bytes), ")"));
   if (m.gpt) {
-    const double element = m.bf16 ? 2 : 4;
-    nlohmann::ordered_json acts;
     for (auto mode : {plan::RecomputeMode::kNone, plan::RecomputeMode::kAttention,
                       plan::RecomputeMode::kBlock}) {
-      const auto a = plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element,
-                                                m.dropout, mode);
-      acts[recompute_name(mode)] = a.total();
-      if (mode == m.recompute) activations = a.total();
-      if (mode == plan::RecomputeMode::kBlock) {  // the last of the three: none and attention known
-        const auto none = plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element,
-                                                     m.dropout, plan::RecomputeMode::kNone);
-        const auto attention =
-            plan::gpt_activation_bytes(m.shape, m.heads, m.micro_batch, m.tp, element, m.dropout,
-                                       plan::RecomputeMode::kAttention);
-        heap_slack = plan::gpt_heap_slack_bytes(none, attention, m.recompute, n * run.weights);
-      }
-      if (t) {
-        t->row(str("activations per micro-batch, recompute ", recompute_name(mode)), a.total(), "B",
-               str("(", format_bytes(a.total()), mode == m.recompute ? "; this run)" : ")"));
-      }
+      const double bytes = p.activations[static_cast<int>(mode)].total();
+      t.row(str("activations per micro-batch, recompute ", plan::recompute_name(mode)), bytes, "B",
+            str("(", format_bytes(bytes), mode == m.recompute ? "; this run)" : ")"));
     }
-    j["micro_batch"] = m.micro_batch;
-    j["recompute"] = recompute_name(m.recompute);
-    j["activation_bytes"] = acts;
-  } else if (t) {
-    t->text("activations",
-            "estimated for the gpt only (a config, or --layers --width --seq-len "
-            "--vocab --heads --micro-batch)");
+  } else {
+    t.text("activations",
+           "estimated for the gpt only (a config, or --layers --width --seq-len "
+           "--vocab --heads --micro-batch)");
   }
-  const double total = state_bytes + activations;
-  j["total_bytes"] = total;
-  if (t)
-    t->row("total (state + this run's activations)", total, "B",
-           str("(", format_bytes(total), ")"));
-  // On a CPU host the tensors live in glibc's heap, beside its free space and the process's
-  // libraries and buffers: the peak resident memory (docs/PLAN.md, "Memory on a CPU host").
-  plan::HostMemory host;
-  host.tensors = total;
-  host.heap_slack = heap_slack;
-  host.process_base = host_base > 0 ? host_base : plan::kDefaultProcessBaseBytes;
-  j["host"] = {{"tensor_bytes", host.tensors},
-               {"heap_slack_bytes", host.heap_slack},
-               {"process_base_bytes", host.process_base},
-               {"process_base", host_base > 0 ? "--host-base" : "default (measured on Debian 12)"},
-               {"peak_rss_bytes", host.peak_rss()}};
-  if (t) {
-    t->row("peak resident memory on a CPU host", host.peak_rss(), "B",
-           str("(", format_bytes(host.peak_rss()), ": + heap slack ", format_bytes(heap_slack),
-               " + process base ", format_bytes(host.process_base), ")"));
+  t.row("total (state + this run's activations)", p.total_bytes, "B",
+        str("(", format_bytes(p.total_bytes), ")"));
+  t.row(
+      "peak resident memory on a CPU host", p.host.peak_rss(), "B",
+      str("(", format_bytes(p.host.peak_rss()), ": + heap slack ", format_bytes(p.host.heap_slack),
+          " + process base ", format_bytes(p.host.process_base), ")"));
+  if (p.device_memory > 0) {
+    t.row("device memory", p.device_memory, "B", str("(", format_bytes(p.device_memory), ")"));
+    t.text("fits",
+           p.fits()
+               ? str("yes, ", number_text(std::round(p.total_bytes / p.device_memory * 1000) / 10),
+                     "% of the device")
+               : str("no: ", format_bytes(p.total_bytes), " > ", format_bytes(p.device_memory),
+                     "; shard the optimizer state (parallel.shard_optimizer), "
+                     "recompute activations (model.recompute), or use a smaller "
+                     "data.batch_size or more tp"));
   }
-  if (device_memory > 0) {
-    j["device_memory"] = device_memory;
-    j["fits"] = total <= device_memory;
-    if (t) {
-      t->row("device memory", device_memory, "B", str("(", format_bytes(device_memory), ")"));
-      t->text("fits", total <= device_memory
-                          ? str("yes, ", number_text(std::round(total / device_memory * 1000) / 10),
-                                "% of the device")
-                          : str("no: ", format_bytes(total), " > ", format_bytes(device_memory),
-                                "; shard the optimizer state (parallel.shard_optimizer), "
-                                "recompute activations (model.recompute), or use a smaller "
-                                "data.batch_size or more tp"));
-    }
-  }
-  return j;
 }
 
 int run_plan(CommandContext& ctx) {
@@ -703,15 +454,16 @@ int run_plan(CommandContext& ctx) {
   const int devices = o.devices > 0 ? o.devices : (calibration ? calibration->world_size : 1);
   const double peak =
       o.peak_flops.empty() ? 0 : plan::parse_peak_flops(o.peak_flops, "--peak-flops");
-  if (!o.optimizer.empty()) plan::optimizer_state_bytes_per_parameter(o.optimizer);  // validates
+  if (!o.sizes.optimizer.empty())
+    plan::optimizer_state_bytes_per_parameter(o.sizes.optimizer);  // validates
   const double bandwidth = static_cast<double>(parse_bytes(o.ckpt_bandwidth, "--ckpt-bandwidth"));
   const double device_memory =
       o.device_memory.empty() ? 0 : plan::parse_bytes(o.device_memory, "--device-memory");
   const double host_base = o.host_base.empty() ? 0 : plan::parse_bytes(o.host_base, "--host-base");
 
   PlanInputs in;
-  if (!o.config.empty() || (!has_size_arguments(o) && calibration)) {
-    if (!o.config.empty() && has_size_arguments(o)) {
+  if (!o.config.empty() || (!plan::has_model_size(o.sizes) && calibration)) {
+    if (!o.config.empty() && plan::has_model_size(o.sizes)) {
       throw ConfigError(
           "give either --config or size arguments (--params, --layers, --width, "
           "--forward-flops), not both; size the config's work with --samples/--tokens/--epochs");
@@ -724,7 +476,7 @@ int run_plan(CommandContext& ctx) {
     in = inputs_from_config(config, o, devices, std::nullopt);
   } else {
     if (!o.overrides.empty()) throw ConfigError("--set needs --config");
-    in = inputs_from_sizes(o, devices);
+    in = plan::inputs_from_sizes(o.sizes, devices, g_memory);
   }
   in.peak_flops_per_device = peak;
   in.utilization = o.utilization;
@@ -754,48 +506,33 @@ int run_plan(CommandContext& ctx) {
               "evaluate (--eval-samples N)"));
     }
     int8 = measured_int8_speedup(o.calibrate);
-    const double speedup = int8["speedup"].get<double>();
-    int8["eval_wall_per_pass_s"] = plan.eval_wall_per_pass_s / speedup;
-    int8["eval_wall_s"] = plan.eval_wall_s / speedup;
-    int8["eval_device_hours"] = plan.eval_device_hours / speedup;
+    const plan::Int8Evaluation e = plan::int8_evaluation(plan, int8["speedup"].get<double>());
+    int8["eval_wall_per_pass_s"] = e.eval_wall_per_pass_s;
+    int8["eval_wall_s"] = e.eval_wall_s;
+    int8["eval_device_hours"] = e.eval_device_hours;
     j["compress_int8"] = int8;
   }
-  j["memory"] = memory_plan(g_memory, in.optimizer, device_memory, host_base, nullptr);
+  const plan::MemoryPlan memory =
+      plan::make_memory_plan(g_memory, in.optimizer, device_memory, host_base);
+  j["memory"] = plan::memory_plan_to_json(memory);
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     check = check_against_calibrating_run(o, c, peak);
-    nlohmann::ordered_json cal;
-    cal["run_dir"] = o.calibrate;
-    cal["model"] = c.model_name;
-    cal["world_size"] = c.world_size;
-    cal["threads_per_rank"] = c.threads_per_rank;
-    cal["device"] = c.device;
-    cal["steps"] = c.steps;
-    cal["samples_trained"] = c.samples_trained;
-    cal["samples_evaluated"] = c.samples_evaluated;
-    cal["train_wall_s"] = c.train_wall_s;
-    cal["eval_wall_s"] = c.eval_wall_s;
-    cal["checkpoint_wall_s"] = c.checkpoint_wall_s;
-    cal["overhead_s"] = c.overhead_s;
-    cal["total_wall_s"] = c.total_wall_s;
-    cal["train_flops_per_s_per_device"] = c.train_flops_per_s_per_device;
-    cal["eval_flops_per_s_per_device"] = c.eval_flops_per_s_per_device;
-    cal["utilization"] =
-        peak > 0 ? nlohmann::json(c.train_flops_per_s_per_device / peak) : nlohmann::json(nullptr);
-    cal["cost_ratio_train_to_eval"] = c.cost_ratio_train_to_eval;
+    nlohmann::ordered_json cal{{"run_dir", o.calibrate}};
+    cal.update(plan::calibration_to_json(c, peak));
     cal["check"] = check;
     j["calibration"] = cal;
   }
 
   if (ctx.runtime.world_rank() != 0) return 0;
   if (o.json) {
-    std::cout << j.dump(2) << std::endl;
+    print_json(j);
     return 0;
   }
   Table t;
   add_plan_rows(t, plan);
-  memory_plan(g_memory, in.optimizer, device_memory, host_base, &t);
+  add_memory_rows(t, memory);
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",
@@ -852,50 +589,50 @@ CommandRegistration reg(
       app.add_option("--set", o.overrides,
                      "Override a config key: --set run.max_steps=600 (repeatable)");
       auto* sizes = "Size arguments (instead of --config)";
-      app.add_option("--params", o.params,
+      app.add_option("--params", o.sizes.params,
                      "Transformer parameters N (training 6 N D), or any model's parameters for "
                      "the checkpoint size")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--layers", o.layers, "Transformer layers")
+      app.add_option("--layers", o.sizes.layers, "Transformer layers")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--width", o.width, "Transformer width (d_model)")
+      app.add_option("--width", o.sizes.width, "Transformer width (d_model)")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--seq-len", o.seq_len, "Sequence length T (adds attention FLOPs)")
+      app.add_option("--seq-len", o.sizes.seq_len, "Sequence length T (adds attention FLOPs)")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--vocab", o.vocab, "Vocabulary (embedding parameters)")
+      app.add_option("--vocab", o.sizes.vocab, "Vocabulary (embedding parameters)")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--mlp-ratio", o.mlp_ratio, "MLP width / width (default 4)")
+      app.add_option("--mlp-ratio", o.sizes.mlp_ratio, "MLP width / width (default 4)")
           ->group(sizes)
           ->check(CLI::PositiveNumber);
-      app.add_option("--forward-flops", o.forward_flops,
+      app.add_option("--forward-flops", o.sizes.forward_flops,
                      "Forward FLOPs per sample of another model")
           ->group(sizes)
           ->check(CLI::NonNegativeNumber);
       auto* work = "Work (overrides the config's)";
-      app.add_option("--tokens", o.tokens, "Training tokens D per epoch")
+      app.add_option("--tokens", o.sizes.tokens, "Training tokens D per epoch")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--samples", o.samples, "Training samples per epoch")
+      app.add_option("--samples", o.sizes.samples, "Training samples per epoch")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--epochs", o.epochs, "Epochs (default: run.epochs, else 1)")
+      app.add_option("--epochs", o.sizes.epochs, "Epochs (default: run.epochs, else 1)")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--eval-tokens", o.eval_tokens, "Tokens per evaluation pass")
+      app.add_option("--eval-tokens", o.sizes.eval_tokens, "Tokens per evaluation pass")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--eval-samples", o.eval_samples, "Samples per evaluation pass")
+      app.add_option("--eval-samples", o.sizes.eval_samples, "Samples per evaluation pass")
           ->group(work)
           ->check(CLI::NonNegativeNumber);
       app.add_option("--compress", o.compress,
                      "int8: also estimate the evaluation in int8, from the int8/float32 speed "
                      "measured on the --calibrate run (hpctrain eval --quantize int8)");
-      app.add_option("--evals", o.evals,
+      app.add_option("--evals", o.sizes.evals,
                      "Evaluation passes in the run (default: from eval.every_steps and "
                      "eval.at_end, else 1 when an evaluation size is given)")
           ->group(work)
@@ -916,7 +653,7 @@ CommandRegistration reg(
                      "Utilisation assumed for evaluation (default: --utilization)")
           ->group(machine);
       auto* ckpt = "Checkpoints";
-      app.add_option("--optimizer", o.optimizer,
+      app.add_option("--optimizer", o.sizes.optimizer,
                      "sgd | sgd-momentum | adam | adamw: optimizer state in a checkpoint "
                      "(default: the config's, else adam)")
           ->group(ckpt);
@@ -939,14 +676,15 @@ CommandRegistration reg(
                      "Resident memory of a training process before its model (e.g. 203MiB, the "
                      "default): the CPU host's peak resident memory adds it")
           ->group(memory);
-      app.add_flag("--shard-optimizer", o.shard_optimizer,
+      app.add_flag("--shard-optimizer", o.sizes.shard_optimizer,
                    "Plan with the optimizer state sharded over the data-parallel group "
                    "(parallel.shard_optimizer)")
           ->group(memory);
-      app.add_option("--heads", o.heads, "Attention heads (activation estimate, size arguments)")
+      app.add_option("--heads", o.sizes.heads,
+                     "Attention heads (activation estimate, size arguments)")
           ->group(memory)
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--micro-batch", o.micro_batch,
+      app.add_option("--micro-batch", o.sizes.micro_batch,
                      "Sequences per micro-batch (activation estimate, size arguments)")
           ->group(memory)
           ->check(CLI::NonNegativeNumber);

@@ -376,4 +376,43 @@ nlohmann::ordered_json plan_to_json(const ComputePlan& p) {
   return j;
 }
 
+nlohmann::ordered_json calibration_to_json(const LedgerCalibration& c, double peak_flops) {
+  nlohmann::ordered_json cal;
+  cal["model"] = c.model_name;
+  cal["world_size"] = c.world_size;
+  cal["threads_per_rank"] = c.threads_per_rank;
+  cal["device"] = c.device;
+  cal["steps"] = c.steps;
+  cal["samples_trained"] = c.samples_trained;
+  cal["samples_evaluated"] = c.samples_evaluated;
+  cal["train_wall_s"] = c.train_wall_s;
+  cal["eval_wall_s"] = c.eval_wall_s;
+  cal["checkpoint_wall_s"] = c.checkpoint_wall_s;
+  cal["overhead_s"] = c.overhead_s;
+  cal["total_wall_s"] = c.total_wall_s;
+  cal["train_flops_per_s_per_device"] = c.train_flops_per_s_per_device;
+  cal["eval_flops_per_s_per_device"] = c.eval_flops_per_s_per_device;
+  cal["utilization"] = peak_flops > 0 ? nlohmann::json(c.train_flops_per_s_per_device / peak_flops)
+                                      : nlohmann::json(nullptr);
+  cal["cost_ratio_train_to_eval"] = c.cost_ratio_train_to_eval;
+  return cal;
+}
+
+Int8Evaluation int8_evaluation(const ComputePlan& plan, double speedup) {
+  if (!plan.timed || !(plan.eval_wall_per_pass_s > 0) || !std::isfinite(plan.eval_wall_s)) {
+    throw ConfigError(
+        "an int8 evaluation estimate scales the float32 evaluation time, and this plan has none: "
+        "it must be timed and evaluate");
+  }
+  if (!(speedup > 0) || !std::isfinite(speedup)) {
+    throw ConfigError(str("int8 / float32 evaluation speed ratio ", speedup, ": must be > 0"));
+  }
+  Int8Evaluation e;
+  e.speedup = speedup;
+  e.eval_wall_per_pass_s = plan.eval_wall_per_pass_s / speedup;
+  e.eval_wall_s = plan.eval_wall_s / speedup;
+  e.eval_device_hours = plan.eval_device_hours / speedup;
+  return e;
+}
+
 }  // namespace hpctrain::plan

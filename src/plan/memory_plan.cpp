@@ -86,6 +86,87 @@ double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& 
   return slack;
 }
 
+const char* recompute_name(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::kBlock: return "block";
+    case RecomputeMode::kAttention: return "attention";
+    case RecomputeMode::kNone: break;
+  }
+  return "none";
+}
+
+MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer,
+                            double device_memory, double host_base) {
+  MemoryPlan p;
+  p.in = in;
+  p.optimizer = optimizer;
+  p.run = parameter_bytes(WeightLayout::kFloat32, optimizer, in.dp, in.shard);
+  p.other = parameter_bytes(WeightLayout::kFloat32, optimizer, in.dp, !in.shard);
+  p.mixed = parameter_bytes(WeightLayout::kBf16WithFloat32Master, optimizer, in.dp, in.shard);
+  const double n = in.parameters_per_device;
+  p.state_bytes = n * p.run.total();
+  double heap_slack = 0;
+  if (in.gpt) {
+    const double element = in.bf16 ? 2 : 4;
+    for (auto mode : {RecomputeMode::kNone, RecomputeMode::kBlock, RecomputeMode::kAttention}) {
+      p.activations[static_cast<int>(mode)] = gpt_activation_bytes(
+          in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout, mode);
+    }
+    p.run_activation_bytes = p.activations[static_cast<int>(in.recompute)].total();
+    heap_slack = gpt_heap_slack_bytes(p.activations[static_cast<int>(RecomputeMode::kNone)],
+                                      p.activations[static_cast<int>(RecomputeMode::kAttention)],
+                                      in.recompute, n * p.run.weights);
+  }
+  p.total_bytes = p.state_bytes + p.run_activation_bytes;
+  // On a CPU host the tensors live in glibc's heap, beside its free space and the process's
+  // libraries and buffers: the peak resident memory (docs/PLAN.md, "Memory on a CPU host").
+  p.host.tensors = p.total_bytes;
+  p.host.heap_slack = heap_slack;
+  p.host_base_given = host_base > 0;
+  p.host.process_base = host_base > 0 ? host_base : kDefaultProcessBaseBytes;
+  p.device_memory = device_memory;
+  return p;
+}
+
+nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
+  const MemoryInputs& m = p.in;
+  const double n = m.parameters_per_device;
+  nlohmann::ordered_json j;
+  j["dp"] = m.dp;
+  j["tp"] = m.tp;
+  j["shard_optimizer"] = m.shard;
+  j["bytes_per_parameter"] = {{"weights", p.run.weights},
+                              {"gradients", p.run.gradients},
+                              {"optimizer_state", p.run.sharded},
+                              {"total", p.run.total()},
+                              {m.shard ? "unsharded" : "sharded", p.other.total()},
+                              {"bf16_weights_float32_master", p.mixed.total()}};
+  j["parameter_bytes"] = n * p.run.weights;
+  j["gradient_bytes"] = n * p.run.gradients;
+  j["optimizer_state_bytes"] = n * p.run.sharded;
+  if (m.gpt) {
+    nlohmann::ordered_json acts;
+    for (auto mode : {RecomputeMode::kNone, RecomputeMode::kAttention, RecomputeMode::kBlock}) {
+      acts[recompute_name(mode)] = p.activations[static_cast<int>(mode)].total();
+    }
+    j["micro_batch"] = m.micro_batch;
+    j["recompute"] = recompute_name(m.recompute);
+    j["activation_bytes"] = acts;
+  }
+  j["total_bytes"] = p.total_bytes;
+  j["host"] = {
+      {"tensor_bytes", p.host.tensors},
+      {"heap_slack_bytes", p.host.heap_slack},
+      {"process_base_bytes", p.host.process_base},
+      {"process_base", p.host_base_given ? "--host-base" : "default (measured on Debian 12)"},
+      {"peak_rss_bytes", p.host.peak_rss()}};
+  if (p.device_memory > 0) {
+    j["device_memory"] = p.device_memory;
+    j["fits"] = p.fits();
+  }
+  return j;
+}
+
 double parse_bytes(const std::string& text, const std::string& what) {
   const char* begin = text.c_str();
   char* end = nullptr;

@@ -22,14 +22,9 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatPar
   if (!gpt) return;
   const model::GptOptions& g = gpt->options();
   plan::RecomputeMode mode = plan::RecomputeMode::kNone;
-  facts.recompute = "none";
-  if (g.recompute == model::Recompute::kBlock) {
-    mode = plan::RecomputeMode::kBlock;
-    facts.recompute = "block";
-  } else if (g.recompute == model::Recompute::kAttention) {
-    mode = plan::RecomputeMode::kAttention;
-    facts.recompute = "attention";
-  }
+  if (g.recompute == model::Recompute::kBlock) mode = plan::RecomputeMode::kBlock;
+  if (g.recompute == model::Recompute::kAttention) mode = plan::RecomputeMode::kAttention;
+  facts.recompute = plan::recompute_name(mode);
   const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                      g.vocab_size, g.mlp_ratio, g.tied_embeddings};
   facts.activation_bytes_estimate =

@@ -192,6 +192,23 @@ ComputePlan make_plan(const PlanInputs& inputs);
 /// Every number of the plan as JSON (the layout docs/PLAN.md documents). Local.
 nlohmann::ordered_json plan_to_json(const ComputePlan& plan);
 
+/// What a calibration measured, as `hpctrain plan --json` reports it ("calibration"), with its
+/// achieved utilisation of `peak_flops` (null when 0). Local.
+nlohmann::ordered_json calibration_to_json(const LedgerCalibration& c, double peak_flops);
+
+/// The evaluation of a plan in int8, from the int8 / float32 speed ratio measured on the same
+/// model (`speedup` > 1 is faster): the float32 evaluation times and device-hours divided by it.
+struct Int8Evaluation {
+  double speedup = 1;
+  double eval_wall_per_pass_s = 0;
+  double eval_wall_s = 0;
+  double eval_device_hours = 0;
+};
+
+/// Throws ConfigError unless the plan has a finite, timed float32 evaluation and speedup > 0.
+/// Local.
+Int8Evaluation int8_evaluation(const ComputePlan& plan, double speedup);
+
 /// Relative error (predicted - actual) / actual; 0 when actual is 0. Local.
 double relative_error(double predicted, double actual);
 

@@ -85,6 +85,51 @@ constexpr double kDefaultProcessBaseBytes = 203.0 * 1024 * 1024;
 double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
                             RecomputeMode mode, double weight_bytes);
 
+/// "none", "block", "attention" (the model.recompute names). Local.
+const char* recompute_name(RecomputeMode mode);
+
+/// What the memory plan of one run needs beyond PlanInputs (docs/PLAN.md, "Memory").
+struct MemoryInputs {
+  int dp = 1;
+  int tp = 1;
+  bool shard = false;                ///< optimizer state sharded over dp
+  bool bf16 = false;                 ///< bf16 activations (autocast)
+  double parameters_per_device = 0;  ///< logical parameters / tp
+  bool gpt = false;                  ///< activations are estimated for the gpt only
+  TransformerShape shape;
+  std::int64_t heads = 0;
+  std::int64_t micro_batch = 0;
+  bool dropout = false;
+  RecomputeMode recompute = RecomputeMode::kNone;
+};
+
+/// Every figure of the memory plan of one device.
+struct MemoryPlan {
+  MemoryInputs in;
+  std::string optimizer;
+  ParameterBytes run;      ///< this run's layout and sharding
+  ParameterBytes other;    ///< the same with sharding the other way
+  ParameterBytes mixed;    ///< bf16 weights with float32 master weights, this run's sharding
+  double state_bytes = 0;  ///< weights + gradients + optimizer state on this device
+  /// Activations of one micro-batch for each RecomputeMode (indexed by its value); gpt only.
+  ActivationBytes activations[3];
+  double run_activation_bytes = 0;  ///< the mode this run uses (0 without an estimate)
+  double total_bytes = 0;           ///< state + this run's activations
+  HostMemory host;                  ///< peak resident memory on a CPU host
+  bool host_base_given = false;     ///< host.process_base measured by the user (--host-base)
+  double device_memory = 0;         ///< 0 = not given
+  bool fits() const { return total_bytes <= device_memory; }
+};
+
+/// The memory plan for `optimizer` (optimizer_state_bytes_per_parameter names); `device_memory`
+/// and `host_base` are bytes, 0 when not given (host_base then kDefaultProcessBaseBytes). Throws
+/// ConfigError for impossible sizes. Local.
+MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer,
+                            double device_memory, double host_base);
+
+/// Every number of the memory plan as JSON (`hpctrain plan --json`'s "memory"). Local.
+nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& plan);
+
 /// "80GiB", "141 GB", "1.5e9" (bytes) -> bytes. Throws ConfigError naming `what`. Local.
 double parse_bytes(const std::string& text, const std::string& what);
 

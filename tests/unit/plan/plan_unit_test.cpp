@@ -9,6 +9,7 @@
 
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/plan/size_arguments.hpp"
 #include "hpctrain/runtime/error.hpp"
 
 namespace hpctrain::plan {
@@ -296,6 +297,143 @@ TEST(PlanMemory, DeviceMemorySizesParse) {
       EXPECT_NE(std::string(e.what()).find("--device-memory"), std::string::npos);
     }
   }
+}
+
+TEST(PlanMemory, MemoryPlanAddsStateActivationsAndHostMemory) {
+  MemoryInputs m;
+  m.dp = 4;
+  m.shard = true;
+  m.parameters_per_device = 1e6;
+  // Without a gpt there is no activation estimate: the state alone.
+  MemoryPlan p = make_memory_plan(m, "adam", 0, 0);
+  EXPECT_DOUBLE_EQ(p.state_bytes, 1e6 * (8 + 8.0 / 4));
+  EXPECT_DOUBLE_EQ(p.other.total(), 16);  // unsharded, for comparison
+  EXPECT_DOUBLE_EQ(p.run_activation_bytes, 0);
+  EXPECT_DOUBLE_EQ(p.total_bytes, p.state_bytes);
+  EXPECT_DOUBLE_EQ(p.host.process_base, kDefaultProcessBaseBytes);
+  EXPECT_DOUBLE_EQ(p.host.heap_slack, 0);
+  auto j = memory_plan_to_json(p);
+  EXPECT_FALSE(j.contains("activation_bytes"));
+  EXPECT_FALSE(j.contains("fits"));
+  EXPECT_EQ(j["bytes_per_parameter"]["unsharded"], 16);
+  EXPECT_EQ(j["host"]["process_base"], "default (measured on Debian 12)");
+
+  // A gpt: this run's activations are the recompute mode it uses; the heap slack follows it.
+  m.gpt = true;
+  m.shape = TransformerShape{12, 768, 1024, 50304, 4.0, true};
+  m.heads = 12;
+  m.micro_batch = 8;
+  m.recompute = RecomputeMode::kBlock;
+  p = make_memory_plan(m, "adam", 80.0 * (1ull << 30), 300e6);
+  const auto block = gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kBlock);
+  const auto none = gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kNone);
+  const auto attention =
+      gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kAttention);
+  EXPECT_DOUBLE_EQ(p.run_activation_bytes, block.total());
+  EXPECT_DOUBLE_EQ(p.total_bytes, p.state_bytes + block.total());
+  EXPECT_DOUBLE_EQ(p.host.heap_slack,
+                   gpt_heap_slack_bytes(none, attention, RecomputeMode::kBlock, 1e6 * 4));
+  EXPECT_DOUBLE_EQ(p.host.peak_rss(), p.total_bytes + p.host.heap_slack + 300e6);
+  EXPECT_TRUE(p.fits());
+  j = memory_plan_to_json(p);
+  EXPECT_EQ(j["recompute"], "block");
+  EXPECT_DOUBLE_EQ(j["activation_bytes"]["none"].get<double>(), none.total());
+  EXPECT_DOUBLE_EQ(j["activation_bytes"]["attention"].get<double>(), attention.total());
+  EXPECT_EQ(j["host"]["process_base"], "--host-base");
+  EXPECT_EQ(j["fits"], true);
+  // bf16 halves the activations' elements; a small device does not hold the run.
+  m.bf16 = true;
+  p = make_memory_plan(m, "adam", 1e9, 0);
+  EXPECT_DOUBLE_EQ(
+      p.run_activation_bytes,
+      gpt_activation_bytes(m.shape, 12, 8, 1, 2, false, RecomputeMode::kBlock).total());
+  EXPECT_FALSE(p.fits());
+  EXPECT_THROW(make_memory_plan(m, "lamb", 0, 0), ConfigError);
+}
+
+TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
+  SizeArguments a;
+  a.layers = 12;
+  a.width = 768;
+  a.seq_len = 1024;
+  a.vocab = 50304;
+  a.tokens = 10 * 1024;
+  a.eval_tokens = 2 * 1024;
+  a.heads = 12;
+  a.micro_batch = 8;
+  a.shard_optimizer = true;
+  EXPECT_TRUE(has_model_size(a));
+  MemoryInputs m;
+  const PlanInputs in = inputs_from_sizes(a, 4, m);
+  const TransformerShape shape{12, 768, 1024, 50304, 4.0, true};
+  const double n = transformer_non_embedding_parameters(shape);
+  EXPECT_DOUBLE_EQ(in.non_embedding_parameters, n);
+  EXPECT_DOUBLE_EQ(in.parameters, n + transformer_embedding_parameters(shape));
+  EXPECT_DOUBLE_EQ(in.tokens_per_sample, 1024);  // a sample is a sequence
+  EXPECT_DOUBLE_EQ(in.samples_per_epoch, 10);
+  EXPECT_DOUBLE_EQ(in.eval_samples_per_pass, 2);
+  EXPECT_DOUBLE_EQ(in.eval_passes, 1);
+  EXPECT_DOUBLE_EQ(in.forward_flops_per_sample,
+                   1024 * transformer_forward_flops_per_token(n, 12, 1024, 768));
+  EXPECT_EQ(in.optimizer, "adam");
+  EXPECT_EQ(m.dp, 4);
+  EXPECT_TRUE(m.shard);
+  EXPECT_TRUE(m.gpt);
+  EXPECT_EQ(m.heads, 12);
+
+  // --params N --tokens D alone: a sample is a token of 2 N forward FLOPs, no activations.
+  SizeArguments p;
+  p.params = 175e9;
+  p.tokens = 300e9;
+  MemoryInputs pm;
+  const PlanInputs gpt3 = inputs_from_sizes(p, 1, pm);
+  EXPECT_DOUBLE_EQ(gpt3.forward_flops_per_sample, 2 * 175e9);
+  EXPECT_DOUBLE_EQ(gpt3.train_samples, 300e9);
+  EXPECT_FALSE(pm.gpt);
+
+  // Missing pieces are ConfigErrors naming the argument.
+  auto message = [](const SizeArguments& bad) {
+    MemoryInputs unused;
+    try {
+      inputs_from_sizes(bad, 1, unused);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  SizeArguments no_tokens;
+  no_tokens.params = 1e6;
+  EXPECT_NE(message(no_tokens).find("--tokens"), std::string::npos);
+  SizeArguments half;
+  half.layers = 2;
+  half.tokens = 100;
+  EXPECT_NE(message(half).find("--width"), std::string::npos);
+  SizeArguments flops;
+  flops.forward_flops = 1e6;
+  EXPECT_NE(message(flops).find("--samples"), std::string::npos);
+  EXPECT_FALSE(has_model_size(SizeArguments{}));
+  EXPECT_NE(message(SizeArguments{}).find("nothing to plan"), std::string::npos);
+}
+
+TEST(PlanCalibration, Int8EvaluationDividesTheFloat32EvaluationBySpeed) {
+  PlanInputs in = transformer_inputs(1e6, 1e9);
+  in.eval_samples_per_pass = 1e6;
+  in.eval_passes = 4;
+  in.peak_flops_per_device = 1e12;
+  const ComputePlan plan = make_plan(in);
+  const Int8Evaluation e = int8_evaluation(plan, 2.0);
+  EXPECT_DOUBLE_EQ(e.eval_wall_per_pass_s, plan.eval_wall_per_pass_s / 2);
+  EXPECT_DOUBLE_EQ(e.eval_wall_s, plan.eval_wall_s / 2);
+  EXPECT_DOUBLE_EQ(e.eval_device_hours, plan.eval_device_hours / 2);
+  EXPECT_THROW(int8_evaluation(plan, 0), ConfigError);
+  in.peak_flops_per_device = 0;  // not timed: nothing to scale
+  EXPECT_THROW(int8_evaluation(make_plan(in), 2.0), ConfigError);
+
+  const LedgerCalibration c = read_ledger_calibration(ledger_json(), "run/ledger.json");
+  auto j = calibration_to_json(c, 1e10);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_DOUBLE_EQ(j["utilization"].get<double>(), c.train_flops_per_s_per_device / 1e10);
+  EXPECT_TRUE(calibration_to_json(c, 0)["utilization"].is_null());
 }
 
 }  // namespace
