@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Training throughput with and without a sharded optimizer state (parallel.shard_optimizer), the
+# two runs alternating in each round (the order flips every round) so that both see the same
+# machine load; steady-state tokens/s from `hpctrain bench train` (warm-up steps not timed).
+# Prints each round and the median of the per-round ratios sharded / unsharded.
+#   scripts/bench_shard.sh [CONFIG] [RANKS]      default configs/gpt-small-tp2.yaml (at tp=1), 2
+#   STEPS=12 WARMUP=2 ROUNDS=5 DATA_DIR=data/text scripts/bench_shard.sh
+# Never a test: numbers depend on the machine; compare the ratios of one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+config=${1:-configs/gpt-small-tp2.yaml}
+ranks=${2:-2}
+steps=${STEPS:-12}
+warmup=${WARMUP:-2}
+rounds=${ROUNDS:-5}
+data=${DATA_DIR:-data/text}
+py=/usr/bin/python3
+[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
+[[ -f $data/train.h5 ]] || "$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out "$data"
+flags=(--oversubscribe --bind-to none)
+[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run() {  # run SHARD ROUND
+  mpirun "${flags[@]}" -np "$ranks" "$bin" -q --threads 1 bench train -c "$config" \
+    --set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1 \
+    --set "parallel.shard_optimizer=$1" --set "run.max_steps=$steps" --set "run.dir=$tmp/run" \
+    --warmup-steps "$warmup" --json >"$tmp/$1.$2.json"
+}
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc --all) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# scripts/bench_shard.sh $config $ranks (STEPS=$steps WARMUP=$warmup ROUNDS=$rounds), 1 thread per rank"
+for ((r = 1; r <= rounds; r++)); do
+  if ((r % 2)); then
+    run false "$r"
+    run true "$r"
+  else
+    run true "$r"
+    run false "$r"
+  fi
+done
+echo "# load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+"$py" - "$tmp" "$rounds" <<'PY'
+import json, statistics, sys
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+ratios = []
+print(f"{'round':>5} {'unsharded tok/s':>16} {'sharded tok/s':>14} {'ratio':>6}")
+for r in range(1, rounds + 1):
+    u = json.load(open(f"{tmp}/false.{r}.json"))["tokens_per_s"]
+    s = json.load(open(f"{tmp}/true.{r}.json"))["tokens_per_s"]
+    ratios.append(s / u)
+    print(f"{r:>5} {u:>16.0f} {s:>14.0f} {s / u:>6.3f}")
+print(f"median sharded/unsharded {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+PY
