@@ -52,7 +52,7 @@ void run_batch(model::Model& model, const torch::Tensor& inputs, const torch::Te
   compat::AutocastScope autocast(bf16, inputs.device());
   auto outputs = model.forward(inputs);
   autocast.end();
-  model.loss(outputs, targets);  // .item() inside: waits for the device
+  model.loss(outputs, targets).resolve();  // reads the sums: waits for the device
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
         auto outputs = model.forward(inputs);
         autocast.end();
         out = model.loss(outputs, targets);
+        out.resolve();
         if (options.on_outputs) options.on_outputs(b * options.batch_size, outputs);
       }
       double* r = row(b);

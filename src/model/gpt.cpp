@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "hpctrain/compat/torch_compat.hpp"
+#include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -195,8 +196,7 @@ LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets)
   LossOutput out;
   out.count = targets.numel();
   out.loss = per_token.mean();
-  out.loss_sum = per_token.detach().sum(torch::kDouble).item<double>();
-  out.correct = predictions.eq(targets).sum().item<std::int64_t>();
+  set_metric_sums(out, per_token.detach().sum(torch::kDouble), predictions.eq(targets).sum());
   return out;
 }
 

@@ -1,6 +1,7 @@
 #include "hpctrain/model/task_loss.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -12,6 +13,39 @@ const std::vector<std::string>& task_names() {
   return names;
 }
 
+namespace {
+std::atomic<bool> g_defer_on_cpu{false};
+}  // namespace
+
+void LossOutput::resolve() {
+  if (!pending.defined()) return;
+  const torch::Tensor host = pending.to(torch::kCPU, torch::kDouble);
+  const double* v = host.data_ptr<double>();
+  loss_sum += v[0];
+  correct += static_cast<std::int64_t>(v[1]);
+  abs_error_sum += v[2];
+  pending = torch::Tensor();
+}
+
+void defer_metric_reads_on_cpu(bool on) {
+  g_defer_on_cpu = on;
+}
+
+void set_metric_sums(LossOutput& out, const torch::Tensor& loss_sum, const torch::Tensor& correct,
+                     const torch::Tensor& abs_error_sum) {
+  if (loss_sum.device().is_cpu() && !g_defer_on_cpu) {
+    out.loss_sum = loss_sum.to(torch::kDouble).item<double>();
+    out.correct = correct.item<std::int64_t>();
+    if (abs_error_sum.defined())
+      out.abs_error_sum = abs_error_sum.to(torch::kDouble).item<double>();
+    return;
+  }
+  const torch::Tensor abs = abs_error_sum.defined() ? abs_error_sum.to(torch::kDouble)
+                                                    : torch::zeros_like(loss_sum, torch::kDouble);
+  out.pending = torch::stack({loss_sum.to(torch::kDouble).reshape({}),
+                              correct.to(torch::kDouble).reshape({}), abs.reshape({})});
+}
+
 LossOutput classification_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
   LossOutput out;
   // Sum in float32 over the batch, then divide: the sum is what distributed metrics reduce.
@@ -20,8 +54,7 @@ LossOutput classification_loss(const torch::Tensor& logits, const torch::Tensor&
       torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   out.count = labels.size(0);
   out.loss = sum / static_cast<double>(std::max<std::int64_t>(out.count, 1));
-  out.loss_sum = sum.detach().to(torch::kDouble).item<double>();
-  out.correct = logits.detach().argmax(1).eq(labels).sum().item<std::int64_t>();
+  set_metric_sums(out, sum.detach(), logits.detach().argmax(1).eq(labels).sum());
   return out;
 }
 
@@ -36,8 +69,8 @@ LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor
   torch::Tensor sum = error.pow(2).sum();
   out.count = targets.numel();
   out.loss = sum / static_cast<double>(std::max<std::int64_t>(out.count, 1));
-  out.loss_sum = sum.detach().to(torch::kDouble).item<double>();
-  out.abs_error_sum = error.detach().abs().sum().to(torch::kDouble).item<double>();
+  set_metric_sums(out, sum.detach(), torch::zeros({}, sum.options().dtype(torch::kLong)),
+                  error.detach().abs().sum());
   return out;
 }
 

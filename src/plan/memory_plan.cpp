@@ -29,7 +29,8 @@ ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer
 
 ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t heads,
                                      std::int64_t batch, int tp, double element_bytes, bool dropout,
-                                     RecomputeMode mode) {
+                                     RecomputeMode mode, double mask_bytes) {
+  if (mask_bytes == kCpuDropoutMask) mask_bytes = element_bytes;
   if (shape.layers < 1 || shape.width < 1 || shape.seq_len < 1 || heads < 1 || batch < 1 ||
       tp < 1 || !(element_bytes > 0)) {
     throw ConfigError(
@@ -45,12 +46,12 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
   // the attention context (D), the MLP's pre- and post-GELU features (2 F), all split over tp.
   const double dense = 4 * d + (4 * d + 2 * f) / tp;
   // Attention probabilities: local heads x T per token; with dropout also the dropped copy and
-  // its one-byte mask, and one-byte masks of the two residual dropouts.
+  // its mask, and the masks of the two residual dropouts (mask_bytes each element).
   double attention = local_heads * t;
   double masks_bytes = 0;
   if (dropout) {
     attention *= 2;
-    masks_bytes = local_heads * t + 2 * d;
+    masks_bytes = (local_heads * t + 2 * d) * mask_bytes;
   }
   const double full_layer = tokens * ((dense + attention) * element_bytes + masks_bytes);
   ActivationBytes a;
@@ -61,8 +62,8 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
       a.layers = a.per_layer * static_cast<double>(shape.layers);
       break;
     case RecomputeMode::kAttention:
-      a.per_layer =
-          full_layer - tokens * (attention * element_bytes + (dropout ? local_heads * t : 0));
+      a.per_layer = full_layer - tokens * (attention * element_bytes +
+                                           (dropout ? local_heads * t * mask_bytes : 0));
       a.layers = a.per_layer * static_cast<double>(shape.layers) +
                  (full_layer - a.per_layer);  // one block's scores, rebuilt in backward
       break;
@@ -113,6 +114,10 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
           in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout, mode);
     }
     p.run_activation_bytes = p.activations[static_cast<int>(in.recompute)].total();
+    p.host_activation_bytes =
+        gpt_activation_bytes(in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout,
+                             in.recompute, kCpuDropoutMask)
+            .total();
     heap_slack = gpt_heap_slack_bytes(p.activations[static_cast<int>(RecomputeMode::kNone)],
                                       p.activations[static_cast<int>(RecomputeMode::kAttention)],
                                       in.recompute, n * p.run.weights);
@@ -120,7 +125,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
   p.total_bytes = p.state_bytes + p.run_activation_bytes;
   // On a CPU host the tensors live in glibc's heap, beside its free space and the process's
   // libraries and buffers: the peak resident memory (docs/PLAN.md, "Memory on a CPU host").
-  p.host.tensors = p.total_bytes;
+  p.host.tensors = p.state_bytes + p.host_activation_bytes;
   p.host.heap_slack = heap_slack;
   p.host_base_given = host_base > 0;
   p.host.process_base = host_base > 0 ? host_base : kDefaultProcessBaseBytes;

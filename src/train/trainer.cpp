@@ -21,6 +21,7 @@
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
@@ -476,6 +477,8 @@ TrainOutcome Trainer::run() {
                           m.env.runtime.world_rank());
 
   const std::int64_t first_step = m.state.step;
+  // debug.stage_inputs: the GPU step path on CPU (staged inputs, metric sums read after the norm).
+  model::defer_metric_reads_on_cpu(cfg.debug.stage_inputs);
   data::TrainLoader loader(
       *m.train_data, *m.sampler, m.state.sampler, grid.dp_rank(), grid.dp_size(), cfg.data.prefetch,
       m.state.sampler.global_step + (m.total_steps - first_step), cfg.optim.grad_accumulation,

@@ -117,6 +117,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
   p_.model.train();
   namespace trace = runtime::trace;
+  torch::Tensor pending;  // metric sums on the device (model::LossOutput::pending)
   for (int k = 0; k < k_total; ++k) {
     torch::Tensor inputs, targets;
     {
@@ -137,6 +138,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     if (inject_nan && k == 0) {
       loss = loss * std::nan("");
       out.loss_sum = std::nan("");
+      if (out.pending.defined()) {
+        out.pending = out.pending.clone();
+        out.pending[0].fill_(std::nan(""));
+      }
     }
     if (k_total > 1) loss = loss / static_cast<double>(k_total);
     if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
@@ -152,8 +157,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     r.loss_sum += out.loss_sum;
     r.correct += static_cast<double>(out.correct);
     r.count += static_cast<double>(out.count);
+    // Sums left on the device (a GPU) are added there and read after the gradient norm.
+    if (out.pending.defined()) pending = pending.defined() ? pending + out.pending : out.pending;
   }
-  r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
 
   // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
   {
@@ -176,7 +182,15 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       p_.cfg.debug.overflow_rank == p_.env.runtime.world_rank()) {
     scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
   }
-  r.grad_norm = global_grad_norm();
+  r.grad_norm = global_grad_norm();  // the step's one wait for the device (the host decides)
+  if (pending.defined()) {
+    model::LossOutput sums;
+    sums.pending = pending;
+    sums.resolve();
+    r.loss_sum += sums.loss_sum;
+    r.correct += static_cast<double>(sums.correct);
+  }
+  r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
   if (nonfinite(r.grad_norm)) {
     if (p_.scaler.enabled()) {

@@ -47,6 +47,14 @@ struct LossOutput {
   std::int64_t count = 0;    ///< samples (classification), tokens (language modelling) or
                              ///< target elements (regression)
   double abs_error_sum = 0;  ///< regression: sum of |prediction - target| (mean absolute error)
+  /// On a GPU the built-in losses leave the three sums on the device: [loss_sum, correct,
+  /// abs_error_sum] as float64, with the fields above 0 until resolve(). Reading them at once
+  /// would make the host wait for the forward pass before it could queue backward; the trainer
+  /// reads them after the gradient norm, where it waits anyway. Undefined on CPU and for models
+  /// that fill the fields themselves (set_metric_sums in task_loss.hpp does either).
+  torch::Tensor pending;
+  /// Adds `pending` into the fields above and clears it (one wait for the device). Local.
+  void resolve();
 };
 
 class Model : public torch::nn::Module {

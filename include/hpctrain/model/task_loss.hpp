@@ -31,6 +31,16 @@ LossOutput language_model_loss(const torch::Tensor& logits, const torch::Tensor&
 /// element; abs_error_sum feeds the mean absolute error. Local.
 LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor& targets);
 
+/// Fills `out`'s metric sums from scalar tensors (`abs_error_sum` may be undefined): read at once
+/// on CPU, left on the device in out.pending elsewhere (and on CPU too while deferred reads are
+/// forced, below). Local.
+void set_metric_sums(LossOutput& out, const torch::Tensor& loss_sum, const torch::Tensor& correct,
+                     const torch::Tensor& abs_error_sum = {});
+
+/// Makes set_metric_sums defer its reads on CPU too, so tests run the GPU path's metric handling
+/// on CPU (debug.stage_inputs). Process-wide; set before training starts. Local.
+void defer_metric_reads_on_cpu(bool on);
+
 /// The loss of `task` (one of task_names()). Local.
 LossOutput task_loss(const std::string& task, const torch::Tensor& outputs,
                      const torch::Tensor& targets);

@@ -56,9 +56,15 @@ struct ActivationBytes {
 /// (model/gpt_block.cpp): per token 8 D + 2 F values of which 3 D + D + 2 F are split over tp,
 /// plus heads x T attention probabilities (split over tp). Throws ConfigError for sizes < 1.
 /// Local.
+/// `mask_bytes` is the size of one dropout-mask element: 1 where LibTorch's fused dropout keeps a
+/// bool mask (CUDA), the activation element size on a CPU, where LibTorch keeps a scaled noise
+/// tensor of the input's type (kCpuDropoutMask).
 ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t heads,
                                      std::int64_t batch, int tp, double element_bytes, bool dropout,
-                                     RecomputeMode mode);
+                                     RecomputeMode mode, double mask_bytes = 1);
+
+/// gpt_activation_bytes's `mask_bytes` for a CPU: the element size of the activations.
+constexpr double kCpuDropoutMask = -1;
 
 /// Peak resident memory of one rank training on a CPU host (docs/PLAN.md, "Memory on a CPU
 /// host"): the tensors alive at the peak (what a device would hold: state + activations), the
@@ -114,10 +120,12 @@ struct MemoryPlan {
   /// Activations of one micro-batch for each RecomputeMode (indexed by its value); gpt only.
   ActivationBytes activations[3];
   double run_activation_bytes = 0;  ///< the mode this run uses (0 without an estimate)
-  double total_bytes = 0;           ///< state + this run's activations
-  HostMemory host;                  ///< peak resident memory on a CPU host
-  bool host_base_given = false;     ///< host.process_base measured by the user (--host-base)
-  double device_memory = 0;         ///< 0 = not given
+  /// The same on a CPU host, where dropout masks are as large as the activations.
+  double host_activation_bytes = 0;
+  double total_bytes = 0;        ///< state + this run's activations
+  HostMemory host;               ///< peak resident memory on a CPU host
+  bool host_base_given = false;  ///< host.process_base measured by the user (--host-base)
+  double device_memory = 0;      ///< 0 = not given
   bool fits() const { return total_bytes <= device_memory; }
 };
 

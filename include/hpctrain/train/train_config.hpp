@@ -76,8 +76,9 @@ struct DebugSection {
   std::int64_t overflow_step = -1;   ///< make this step's gradients infinite after their
   int overflow_rank = 0;             ///< all-reduce, on this world rank only (loss-scaling tests)
   std::int64_t extra_memory_mb = 0;  ///< hold this many MiB of touched memory during training
-  /// On CPU, hand batches over as the GPU path does (a staged copy, data::InputStaging::kCopy)
-  /// and copy them with non_blocking (tests: the training must not change).
+  /// On CPU, run the GPU step path: hand batches over as it does (a staged copy,
+  /// data::InputStaging::kCopy), copy them with non_blocking, and leave the loss's metric sums
+  /// pending until after the gradient norm (tests: the training must not change).
   bool stage_inputs = false;
 };
 

@@ -9,6 +9,7 @@
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/quantized_linear.hpp"
+#include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -231,6 +232,31 @@ TEST(Gpt, ForwardIsCausalAndLossIsSane) {
   auto want = torch::nn::functional::cross_entropy(logits.view({-1, 256}), targets.view({-1}));
   EXPECT_NEAR(out.loss.item<double>(), want.item<double>(), 1e-5);
   EXPECT_EQ(out.correct, logits.argmax(-1).eq(targets).sum().item<std::int64_t>());
+
+  // The GPU path's sums, left pending (forced on CPU): nothing read until resolve(), then the
+  // same numbers exactly; for every task's loss.
+  model::defer_metric_reads_on_cpu(true);
+  LossOutput deferred = model->loss(logits, targets);
+  auto classified = classification_loss(logits.view({-1, 256}), targets.view({-1}));
+  auto regressed = regression_loss(logits.narrow(2, 0, 1), torch::ones({2, 16, 1}));
+  model::defer_metric_reads_on_cpu(false);
+  auto regressed_now = regression_loss(logits.narrow(2, 0, 1), torch::ones({2, 16, 1}));
+  ASSERT_TRUE(deferred.pending.defined());
+  EXPECT_EQ(deferred.loss_sum, 0);
+  EXPECT_EQ(deferred.correct, 0);
+  deferred.resolve();
+  EXPECT_FALSE(deferred.pending.defined());
+  EXPECT_EQ(deferred.loss_sum, out.loss_sum);
+  EXPECT_EQ(deferred.correct, out.correct);
+  EXPECT_EQ(deferred.count, out.count);
+  classified.resolve();
+  EXPECT_EQ(classified.correct, out.correct);
+  EXPECT_NEAR(classified.loss_sum, out.loss_sum, 1e-3);
+  ASSERT_TRUE(regressed.pending.defined());
+  regressed.resolve();
+  EXPECT_EQ(regressed.loss_sum, regressed_now.loss_sum);
+  EXPECT_EQ(regressed.abs_error_sum, regressed_now.abs_error_sum);
+  EXPECT_GT(regressed.abs_error_sum, 0);
 }
 
 // Compressed evaluation of the gpt: an int8 replacement set for any of its linear layers (the

@@ -274,6 +274,20 @@ TEST(PlanMemory, ActivationsShrinkWithRecomputationAndTensorParallelism) {
   EXPECT_LT(gpt_activation_bytes(s, 12, 8, 2, 4, false, RecomputeMode::kNone).per_layer,
             none.per_layer);
   EXPECT_THROW(gpt_activation_bytes(s, 12, 0, 1, 4, false, RecomputeMode::kNone), ConfigError);
+  // On a CPU a dropout mask element is as large as the activation's (LibTorch keeps the scaled
+  // noise tensor), on a GPU one byte (the fused kernel's bool mask): three bytes more per element
+  // of the probabilities' mask and of the two residual masks.
+  const auto gpu_dropout = gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kNone);
+  const auto cpu_dropout =
+      gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kNone, kCpuDropoutMask);
+  EXPECT_DOUBLE_EQ(cpu_dropout.per_layer - gpu_dropout.per_layer,
+                   8.0 * 1024 * (12.0 * 1024 + 2 * 768) * 3);
+  // recompute=attention drops the probabilities' mask with them.
+  EXPECT_DOUBLE_EQ(
+      gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kAttention, kCpuDropoutMask)
+              .per_layer -
+          gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kAttention).per_layer,
+      8.0 * 1024 * 2 * 768 * 3);
   // Heap slack on a CPU host: two blocks' full activations and twice the weights, whatever is
   // kept; recompute=attention adds twice the probabilities each block rebuilds.
   const double weights = 4.0 * 124e6;
