@@ -4,7 +4,7 @@
 # the variants one after another in one invocation so that they see the same machine load.
 # For each run, from its ledger.json: peak resident memory (VmHWM, the largest rank), the peak
 # bytes of live host tensors (the counting CPU allocator) and tokens/s; from `hpctrain plan
-# --json`: the predicted tensor peak (memory.total_bytes) and the predicted peak RSS
+# --json`: the predicted tensor peak (memory.host.tensor_bytes: state + activations as a CPU holds them) and the predicted peak RSS
 # (memory.host.peak_rss_bytes: that plus glibc's heap slack plus the process base, measured
 # first as the peak RSS less the tensor peak of the same command with a one-layer width-8 gpt).
 #   scripts/bench_memory.sh [config] [steps] [ranks...]   (default configs/gpt-small-tp2.yaml 2 2 4)
@@ -76,7 +76,7 @@ for np in ranks:
         rss = max(ledger["peak_rss_bytes_per_rank"])
         tensors = max(ledger["peak_tensor_bytes_per_rank"])
         rss_pred = memory["host"]["peak_rss_bytes"]
-        tensor_pred = memory["total_bytes"]
+        tensor_pred = memory["host"]["tensor_bytes"]
         tps = ledger["throughput"]["train_tokens_per_s"]
         plain_tps = plain_tps or tps
         print(f"{name:14s} {np:>5s} {v:14s} {rss / MiB:5.0f} MiB {rss_pred / MiB:5.0f} MiB "
