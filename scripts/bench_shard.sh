@@ -5,6 +5,9 @@
 # Prints each round and the median of the per-round ratios sharded / unsharded.
 #   scripts/bench_shard.sh [CONFIG] [RANKS]      default configs/gpt-small-tp2.yaml (at tp=1), 2
 #   STEPS=12 WARMUP=2 ROUNDS=5 DATA_DIR=data/text scripts/bench_shard.sh
+# BASELINE_BIN=path: both runs sharded instead, the baseline binary against this one (a change to
+# the sharded path measured against the build before it). SETTINGS="k=v ...": more --set options
+# for both runs (parallel.bucket_mb=4, say).
 # Never a test: numbers depend on the machine; compare the ratios of one run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,14 +26,24 @@ flags=(--oversubscribe --bind-to none)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-run() {  # run SHARD ROUND
-  mpirun "${flags[@]}" -np "$ranks" "$bin" -q --threads 1 bench train -c "$config" \
+baseline=${BASELINE_BIN:-}
+[[ -z $baseline || -x $baseline ]] || { echo "BASELINE_BIN=$baseline is not an executable" >&2; exit 1; }
+extra=()
+for kv in ${SETTINGS:-}; do extra+=(--set "$kv"); done
+run() {  # run ARM ROUND: arm false = unsharded (or the baseline binary, sharded), true = sharded
+  local use=$bin shard=$1
+  if [[ -n $baseline ]]; then
+    shard=true
+    [[ $1 == false ]] && use=$baseline
+  fi
+  mpirun "${flags[@]}" -np "$ranks" "$use" -q --threads 1 bench train -c "$config" \
     --set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1 \
-    --set "parallel.shard_optimizer=$1" --set "run.max_steps=$steps" --set "run.dir=$tmp/run" \
-    --warmup-steps "$warmup" --json >"$tmp/$1.$2.json"
+    --set "parallel.shard_optimizer=$shard" --set "run.max_steps=$steps" --set "run.dir=$tmp/run" \
+    "${extra[@]}" --warmup-steps "$warmup" --json >"$tmp/$1.$2.json"
 }
 echo "# $(date -u +%Y-%m-%dT%H:%MZ) $(hostname), $(nproc --all) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# scripts/bench_shard.sh $config $ranks (STEPS=$steps WARMUP=$warmup ROUNDS=$rounds), 1 thread per rank"
+echo "# scripts/bench_shard.sh $config $ranks (STEPS=$steps WARMUP=$warmup ROUNDS=$rounds SETTINGS=${SETTINGS:-}), 1 thread per rank"
+[[ -n $baseline ]] && echo "# both sharded: unsharded column = $baseline, sharded column = $bin"
 for ((r = 1; r <= rounds; r++)); do
   if ((r % 2)); then
     run false "$r"
@@ -41,15 +54,16 @@ for ((r = 1; r <= rounds; r++)); do
   fi
 done
 echo "# load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-"$py" - "$tmp" "$rounds" <<'PY'
+"$py" - "$tmp" "$rounds" "$baseline" <<'PY'
 import json, statistics, sys
-tmp, rounds = sys.argv[1], int(sys.argv[2])
+tmp, rounds, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+a, b = ("baseline", "this build") if baseline else ("unsharded", "sharded")
 ratios = []
-print(f"{'round':>5} {'unsharded tok/s':>16} {'sharded tok/s':>14} {'ratio':>6}")
+print(f"{'round':>5} {a + ' tok/s':>16} {b + ' tok/s':>16} {'ratio':>6}")
 for r in range(1, rounds + 1):
     u = json.load(open(f"{tmp}/false.{r}.json"))["tokens_per_s"]
     s = json.load(open(f"{tmp}/true.{r}.json"))["tokens_per_s"]
     ratios.append(s / u)
-    print(f"{r:>5} {u:>16.0f} {s:>14.0f} {s / u:>6.3f}")
-print(f"median sharded/unsharded {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
+    print(f"{r:>5} {u:>16.0f} {s:>16.0f} {s / u:>6.3f}")
+print(f"median {b}/{a} {statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f})")
 PY

@@ -28,9 +28,14 @@ Cnn::Cnn(const std::vector<std::int64_t>& input_shape, const std::vector<std::in
 torch::Tensor Cnn::forward(const torch::Tensor& inputs) {
   torch::Tensor x =
       inputs.reshape({inputs.size(0), input_shape_[0], input_shape_[1], input_shape_[2]});
-  for (auto& conv : convs_) x = torch::max_pool2d(torch::relu(conv->forward(x)), 2);
+  for (auto& conv : convs_) {
+    wait_for_parameters(*conv);
+    x = torch::max_pool2d(torch::relu(conv->forward(x)), 2);
+  }
+  wait_for_parameters(*fc1_);
   x = torch::relu(linear(*fc1_, x.flatten(1)));
   if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
+  wait_for_parameters(*fc2_);
   return linear(*fc2_, x);
 }
 

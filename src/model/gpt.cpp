@@ -159,10 +159,15 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
                           options_.vocab_size, "); check model.vocab_size against the data"));
     }
   }
+  // Layer by layer, each group's parameters are waited for just before their first use (a
+  // sharded optimizer's all-gather may still be filling the later ones).
+  wait_for_parameters(*wte);
+  wait_for_parameters(*wpe);
   torch::Tensor x = torch::add(wte->forward(inputs), wpe_weight_.narrow(0, 0, t));
   if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
   const torch::Tensor mask = causal_mask(x).narrow(0, 0, t).narrow(1, 0, t);
   for (const auto& block : blocks_) {
+    wait_for_parameters(*block);
     if (options_.recompute == Recompute::kBlock && is_training()) {
       // Only the block's input stays for backward; the block runs again there.
       auto* b = block.get();
@@ -172,7 +177,9 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
       x = block->forward(x, mask);
     }
   }
+  wait_for_parameters(*ln_f);
   x = ln_f->forward(x);
+  if (lm_head) wait_for_parameters(*lm_head);
   return options_.tied_embeddings ? wte->logits(x) : int8_or_float(this, *lm_head, x);
 }
 

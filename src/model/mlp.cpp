@@ -20,6 +20,7 @@ Mlp::Mlp(std::int64_t in_features, const std::vector<std::int64_t>& hidden,
 torch::Tensor Mlp::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs.flatten(1);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    wait_for_parameters(*layers_[i]);
     x = linear(*layers_[i], x);
     if (i + 1 < layers_.size()) {
       x = torch::relu(x);

@@ -48,6 +48,11 @@ ShardInfo Model::shard_info(const std::string& name) const {
   throw Error(str("model has no parameter or buffer named '", name, "'"));
 }
 
+void Model::wait_for_parameters(const torch::nn::Module& module) const {
+  if (!parameter_wait_) return;
+  for (const auto& p : module.parameters(/*recurse=*/true)) parameter_wait_(p);
+}
+
 std::int64_t Model::logical_parameter_count() const {
   std::int64_t total = 0;
   for (const auto& item : named_parameters(/*recurse=*/true)) {

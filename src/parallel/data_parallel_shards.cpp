@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
 
 namespace hpctrain::parallel {
 
@@ -26,6 +28,7 @@ DataParallelShards::DataParallelShards(FlatParameters& flat,
     owned_.push_back({bucket_offsets[b] + rank * chunk, chunk});
     owned_numel_ += chunk;
   }
+  gathers_.resize(buckets_.size());
 }
 
 double DataParallelShards::owned_grad_square_sum(const std::vector<std::size_t>& weighted,
@@ -56,14 +59,76 @@ void DataParallelShards::scale_owned_grads(double factor) {
 double DataParallelShards::all_gather_parameters() {
   if (dp_->size() == 1) return 0.0;
   const auto start = std::chrono::steady_clock::now();
-  torch::NoGradGuard no_grad;
-  std::vector<comm::WorkHandle> works;
-  for (const auto& bucket : buckets_) {
-    works.push_back(
-        dp_->all_gather_in_place_async(flat_.params().narrow(0, bucket.offset, bucket.numel)));
-  }
-  for (auto& work : works) work->wait();
+  start_parameter_gather();
+  wait_parameters();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void DataParallelShards::start_parameter_gather() {
+  if (dp_->size() == 1) return;
+  // A gather still in flight from an earlier start would be overwritten by this one: finish it.
+  wait_parameters();
+  torch::NoGradGuard no_grad;
+  // The flat layout is in reverse registration order (backward's order), so the last bucket
+  // holds the first layers: gather it first, as forward reads it first.
+  for (std::size_t b = buckets_.size(); b-- > 0;) {
+    const auto& bucket = buckets_[b];
+    gathers_[b] =
+        dp_->all_gather_in_place_async(flat_.params().narrow(0, bucket.offset, bucket.numel));
+    ++pending_;
+  }
+}
+
+void DataParallelShards::wait_parameter(const torch::Tensor& parameter) {
+  if (pending_ == 0) return;
+  const torch::Tensor& params = flat_.params();
+  const auto element = static_cast<std::uintptr_t>(params.element_size());
+  const auto base = reinterpret_cast<std::uintptr_t>(params.data_ptr());
+  const auto at = reinterpret_cast<std::uintptr_t>(parameter.data_ptr());
+  const auto offset = at < base ? flat_.numel() : static_cast<std::int64_t>((at - base) / element);
+  if (parameter.dtype() != params.dtype() || parameter.device() != params.device() ||
+      offset >= flat_.numel()) {
+    wait_parameters();  // not a view into the flat parameters: wait for everything
+    return;
+  }
+  const std::int64_t end = offset + parameter.numel();
+  const auto start = std::chrono::steady_clock::now();
+  bool waited = false;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    const auto& bucket = buckets_[b];
+    if (!gathers_[b] || bucket.offset >= end || bucket.offset + bucket.numel <= offset) continue;
+    gathers_[b]->wait();
+    gathers_[b] = nullptr;
+    --pending_;
+    waited = true;
+  }
+  if (!waited) return;
+  const auto finish = std::chrono::steady_clock::now();
+  exposed_gather_seconds_ += std::chrono::duration<double>(finish - start).count();
+  if (runtime::trace::on()) runtime::trace::record(0, "parameter gather wait", start, finish);
+}
+
+double DataParallelShards::wait_parameters() {
+  if (pending_ == 0) return 0.0;
+  const auto start = std::chrono::steady_clock::now();
+  // In launch order (last bucket first), the order the communication thread completes them.
+  for (std::size_t b = buckets_.size(); b-- > 0;) {
+    if (!gathers_[b]) continue;
+    gathers_[b]->wait();
+    gathers_[b] = nullptr;
+    --pending_;
+  }
+  const auto finish = std::chrono::steady_clock::now();
+  const double waited = std::chrono::duration<double>(finish - start).count();
+  exposed_gather_seconds_ += waited;
+  if (runtime::trace::on()) runtime::trace::record(0, "parameter gather wait", start, finish);
+  return waited;
+}
+
+double DataParallelShards::take_exposed_gather_seconds() {
+  const double seconds = exposed_gather_seconds_;
+  exposed_gather_seconds_ = 0;
+  return seconds;
 }
 
 torch::Tensor DataParallelShards::gather_state(const torch::Tensor& packed) {

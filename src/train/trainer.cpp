@@ -149,6 +149,14 @@ struct Trainer::Impl {
   std::vector<char> debug_memory;  // debug.extra_memory_mb, held while training
 
   Impl(comm::Environment e) : env(std::move(e)) {}
+  ~Impl() {
+    if (model) model->set_parameter_wait(nullptr);  // it points at shards, destroyed first
+  }
+  /// Completes a parameter gather still running into the next forward (sharded optimizer):
+  /// before anything but the training forward reads the parameters. Local.
+  void parameters_ready() {
+    if (shards) shards->wait_parameters();
+  }
   void resume(const std::string& resume);
   /// Evaluates at `step`; true when early stopping ends the run. Collective over the world.
   bool run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log, TrainOutcome& outcome);
@@ -255,6 +263,10 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   }
   m.finalizer =
       std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp, std::move(replicated));
+  if (m.shards && m.model->waits_for_parameters()) {
+    auto* shards = m.shards.get();
+    m.model->set_parameter_wait([shards](const torch::Tensor& p) { shards->wait_parameter(p); });
+  }
   m.optimizer = std::make_unique<Optimizer>(*m.flat, cfg.optim, m.shards.get());
   m.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
   m.steps = std::make_unique<StepRunner>(StepRunner::Parts{
@@ -320,6 +332,7 @@ void Trainer::Impl::resume(const std::string& resume) {
 
 void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   const auto start = Clock::now();
+  parameters_ready();
   runtime::trace::Scope traced(0, "checkpoint save", step);
   checkpoint::SaveContent content;
   content.step = step;
@@ -386,6 +399,7 @@ const TrainConfig& Trainer::config() const {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() const {
+  impl_->parameters_ready();
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : impl_->model->named_parameters(true)) {
     out.emplace_back(item.key(), item.value().detach().cpu());
@@ -396,6 +410,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
 bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log,
                              TrainOutcome& outcome) {
   const auto eval_start = Clock::now();
+  parameters_ready();
   runtime::trace::Scope traced(0, "eval", step);
   if (cfg.debug.stop_eval_step == step &&
       (cfg.debug.stop_rank < 0 || cfg.debug.stop_rank == env.runtime.world_rank())) {
@@ -470,7 +485,9 @@ TrainOutcome Trainer::run() {
   TraceSession tracer(
       cfg.logging.trace, cfg.logging.trace_max_mb,
       trace_slices_per_step(cfg.optim.grad_accumulation,
-                            static_cast<std::int64_t>(m.sync->bucket_sizes().size()),
+                            // sharded: reduce-scatter, all-gather and a gather wait per bucket
+                            static_cast<std::int64_t>(m.sync->bucket_sizes().size()) *
+                                (m.shards ? 3 : 1),
                             grid.tp_size() > 1 ? 64 * cfg.optim.grad_accumulation : 0),
       cfg.run.dir, *m.env.control.world);
   ProfileSession profiler(cfg.logging.profile, cfg.logging.profile_warmup, cfg.run.dir,
@@ -624,6 +641,7 @@ TrainOutcome Trainer::run() {
     tracer.after_step(step, *m.env.control.world, [&m] { m.ckpt->wait(); });
     profiler.after_step(step);
   }
+  m.parameters_ready();
   tracer.finish(*m.env.control.world);
   profiler.finish();
   {

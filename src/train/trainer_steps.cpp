@@ -103,8 +103,13 @@ void StepRunner::scale_grads(double factor) {
 }
 
 void StepRunner::update(double lr) {
+  if (p_.shards) p_.shards->wait_parameters();  // the update writes chunks a gather may still read
   p_.optimizer.step(lr);
-  if (p_.shards) p_.shards->all_gather_parameters();
+  if (!p_.shards) return;
+  // A model that waits for each layer's parameters lets the gather run on into the next
+  // forward (docs/MEMORY.md); for any other model it completes here.
+  p_.shards->start_parameter_gather();
+  if (!p_.model.waits_for_parameters()) p_.shards->wait_parameters();
 }
 
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,

@@ -15,6 +15,7 @@ class Cnn : public Classifier {
   Cnn(const std::vector<std::int64_t>& input_shape, const std::vector<std::int64_t>& channels,
       std::int64_t kernel, std::int64_t fc, std::int64_t num_classes, double dropout);
   torch::Tensor forward(const torch::Tensor& inputs) override;
+  bool waits_for_parameters() const override { return true; }
   double forward_flops_per_sample() const override { return flops_; }
 
  private:

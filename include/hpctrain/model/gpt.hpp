@@ -154,6 +154,7 @@ class Gpt : public Model {
   /// metrics are reduced over the dp group only. Collective over tp.
   LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
   std::string task() const override { return "language_model"; }
+  bool waits_for_parameters() const override { return true; }
   /// Per sequence of seq_len tokens: 2 * N * T + 2 * layers * T^2 * width, N = logical
   /// non-embedding parameters (everything but wte, wpe and lm_head); the output head and
   /// causal masking are not counted (Kaplan et al. 2020). Training costs about 3x. Local.

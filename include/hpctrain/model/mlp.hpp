@@ -14,6 +14,7 @@ class Mlp : public Classifier {
   Mlp(std::int64_t in_features, const std::vector<std::int64_t>& hidden, std::int64_t num_classes,
       double dropout);
   torch::Tensor forward(const torch::Tensor& inputs) override;
+  bool waits_for_parameters() const override { return true; }
   double forward_flops_per_sample() const override;
 
  private:

@@ -91,6 +91,17 @@ class Model : public torch::nn::Module {
   void clear_int8_linears() { int8_.clear(); }
   /// Linear layers running in int8. Local.
   std::size_t int8_linear_count() const { return int8_.size(); }
+  /// Waits for a parameter before forward reads it: the sharded optimizer's all-gather of the
+  /// previous step's update may still be running (parallel.shard_optimizer with
+  /// parallel.overlap; docs/MEMORY.md). Called with each parameter of a group (a layer, a block)
+  /// just before the group's first use.
+  using ParameterWait = std::function<void(const torch::Tensor& parameter)>;
+  /// Whether forward waits for its parameters group by group through wait_for_parameters() (the
+  /// built-in mlp, cnn and gpt do). When false the trainer lets the whole gather finish before
+  /// forward. A model that returns true must pass every parameter it reads. Local.
+  virtual bool waits_for_parameters() const { return false; }
+  /// Installs (or, with an empty function, removes) the wait. Local.
+  void set_parameter_wait(ParameterWait wait) { parameter_wait_ = std::move(wait); }
   /// The int8 replacement of linear layer `layer` (any module: torch::nn::Linear or the
   /// tensor-parallel linears of the gpt at tp = 1), or null when it runs in float32. Local.
   const QuantizedLinear* int8_linear(const torch::nn::Module* layer) const;
@@ -99,9 +110,13 @@ class Model : public torch::nn::Module {
   /// `layer`'s output for `x`: its int8 replacement when one is set, else layer.forward(x).
   /// Local.
   torch::Tensor linear(torch::nn::LinearImpl& layer, const torch::Tensor& x);
+  /// Runs the installed parameter wait, if any, on every parameter of `module` (recursively).
+  /// Local (the wait itself may block on a collective already in flight).
+  void wait_for_parameters(const torch::nn::Module& module) const;
 
  private:
   std::map<const torch::nn::Module*, std::shared_ptr<QuantizedLinear>> int8_;
+  ParameterWait parameter_wait_;
 };
 
 using ModelFactory =

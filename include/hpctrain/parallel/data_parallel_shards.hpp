@@ -4,7 +4,10 @@
 // size by FlatLayout) splits into dp equal chunks, and dp rank r owns chunk r of each. The bucket
 // reduce-scatter leaves the averaged gradient of exactly those chunks; the optimizer updates only
 // them and keeps its state (moments, momentum) for them alone, packed one chunk after another;
-// the updated parameters are then all-gathered bucket by bucket. Checkpoints still store logical
+// the updated parameters are then all-gathered bucket by bucket, in forward order (the bucket of
+// the first layers first): start_parameter_gather() launches them, and a model that waits layer by
+// layer (model::Model::waits_for_parameters) calls wait_parameter() for each parameter just
+// before its first use, so the next step's forward overlaps the rest of the gather. Checkpoints still store logical
 // tensors: gather_state() builds the full state for a save, scatter_state() takes a rank's chunks
 // back out of a loaded one, so a checkpoint does not depend on the dp size or on sharding.
 
@@ -45,6 +48,21 @@ class DataParallelShards {
   /// All-gathers the parameters of every bucket (each rank contributes its updated chunks) and
   /// returns the seconds it took. Collective over the dp group.
   double all_gather_parameters();
+  /// Launches the all-gather of every bucket, last bucket (the first layers' parameters) first,
+  /// without waiting (on the dp group's communication thread or stream; at once where that has
+  /// none). Collective over the dp group: every dp rank starts it after the same update.
+  void start_parameter_gather();
+  /// Waits for the gathers of the buckets holding parameter `parameter` (a view into the flat
+  /// parameters; any other tensor waits for every bucket). Adds the host time waited to
+  /// exposed_gather_seconds(). Local (completes collectives already started).
+  void wait_parameter(const torch::Tensor& parameter);
+  /// Waits for every gather still in flight; returns the seconds waited (also added to
+  /// exposed_gather_seconds()). Call before anything but forward reads the parameters. Local.
+  double wait_parameters();
+  /// Whether a gather started by start_parameter_gather() may still be in flight. Local.
+  bool gather_pending() const { return pending_ > 0; }
+  /// Host seconds spent waiting for parameter gathers since the last call (then reset). Local.
+  double take_exposed_gather_seconds();
   /// The full flat-layout tensor (flat.numel() elements, padding zero) of packed state `packed`
   /// (owned_numel() elements): every rank's chunks gathered. Collective over the dp group.
   torch::Tensor gather_state(const torch::Tensor& packed);
@@ -55,6 +73,9 @@ class DataParallelShards {
   FlatParameters& flat_;
   std::shared_ptr<comm::Communicator> dp_;
   std::vector<FlatRange> buckets_;
+  std::vector<comm::WorkHandle> gathers_;  // per bucket: in flight, or null
+  std::size_t pending_ = 0;                // non-null entries of gathers_
+  double exposed_gather_seconds_ = 0;
   std::vector<FlatRange> owned_;
   std::int64_t owned_numel_ = 0;
 };

@@ -1,9 +1,11 @@
 // The GPT model without tensor parallelism: config validation (including the tp divisibility
 // rules, checked before any communicator is touched), parameter names and shard table, the FLOP
-// formula, causality, and input checks.
+// formula, causality, and input checks; and that the built-in models wait for each parameter
+// before forward reads it.
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 
 #include "hpctrain/compat/torch_compat.hpp"
@@ -120,6 +122,59 @@ TEST(GptRecompute, GradientsEqualThoseWithoutRecomputation) {
   auto a = gradients("none", 0.2, 5).second;
   auto b = gradients("none", 0.2, 6).second;
   EXPECT_GT((a[0] - b[0]).abs().max().item<double>(), 1e-4);
+}
+
+// Every parameter forward reads is handed to the parameter wait before its first use (the
+// sharded optimizer's gather runs on into forward, docs/MEMORY.md): with every parameter zeroed
+// and each one restored only when its wait runs, forward must give the reference outputs, and
+// every parameter must have been waited for.
+void expect_waits_before_use(const std::string& yaml, const torch::Tensor& inputs,
+                             const std::vector<std::string>& overrides, bool training) {
+  SCOPED_TRACE(yaml + (overrides.empty() ? "" : " " + overrides[0]));
+  auto model = build(yaml, 1, overrides);
+  ASSERT_TRUE(model->waits_for_parameters());
+  if (training) {
+    model->train();
+  } else {
+    model->eval();
+  }
+  const torch::Tensor reference = model->forward(inputs).detach();
+  std::map<const void*, torch::Tensor> saved;
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      saved[p.data_ptr()] = p.clone();
+      p.zero_();
+    }
+  }
+  std::set<const void*> waited;
+  model->set_parameter_wait([&](const torch::Tensor& p) {
+    auto it = saved.find(p.data_ptr());
+    ASSERT_NE(it, saved.end()) << "waited for a tensor that is not a parameter";
+    if (waited.insert(p.data_ptr()).second) {
+      torch::NoGradGuard no_grad;
+      p.copy_(it->second);
+    }
+  });
+  const torch::Tensor out = model->forward(inputs);
+  if (training) out.sum().backward();  // recomputation replays blocks here
+  model->set_parameter_wait(nullptr);
+  EXPECT_TRUE(torch::equal(out.detach(), reference)) << "forward read a parameter before its wait";
+  EXPECT_EQ(waited.size(), saved.size()) << "parameters never waited for";
+}
+
+TEST(ParameterWait, BuiltInModelsWaitForEachParameterBeforeUse) {
+  const auto tokens = torch::randint(256, {2, 16}, torch::kLong);
+  expect_waits_before_use(kTiny, tokens, {}, false);
+  expect_waits_before_use(kTiny, tokens, {"model.tied_embeddings=false"}, false);
+  expect_waits_before_use(kTiny, tokens, {"model.recompute=block"}, true);
+  expect_waits_before_use(kTiny, tokens, {"model.recompute=attention"}, true);
+  expect_waits_before_use("model: {name: mlp, in_features: 12, hidden: [8, 6], num_classes: 3}",
+                          torch::randn({4, 12}), {}, false);
+  expect_waits_before_use(
+      "model: {name: cnn, input_shape: [1, 8, 8], channels: [2, 3], kernel: 3, fc: 5, "
+      "num_classes: 3}",
+      torch::randn({2, 64}), {}, false);
 }
 
 TEST(GptConfig, ValidTensorParallelSizesNeedACommunicator) {
