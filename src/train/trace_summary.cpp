@@ -127,7 +127,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
     for (const auto& step : slices) {
       if (step.name != "step") continue;
       double compute = 0, data_wait = 0, exposed = 0;
-      std::vector<Interval> backward, computing;
+      std::vector<Interval> overlappable, computing;  // forward and backward; all compute
       for (const auto& s : slices) {
         if (s.span.first < step.span.first || s.span.second > step.span.second) continue;
         const double d = s.span.second - s.span.first;
@@ -136,9 +136,14 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
           compute += d;
           computing.push_back(s.span);
         }
-        if (s.name == "backward") backward.push_back(s.span);
+        if (s.name == "forward" || s.name == "backward") overlappable.push_back(s.span);
         if (s.name == "data wait") data_wait += d;
         if (s.name == "gradient sync") exposed += d;
+        // The sharded optimizer's parameter gather, waited for inside forward or the optimizer.
+        if (s.name == "parameter gather wait") {
+          compute -= d;
+          exposed += d;
+        }
       }
       const std::vector<Interval> step_comm = clip(comm_busy, step.span);
       const double total = step.span.second - step.span.first;
@@ -147,7 +152,9 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
       const double tp_wait = overlap(clip(tp_busy, step.span), merge(computing));
       compute -= tp_wait;
       exposed += tp_wait;
-      const double hidden = overlap(step_comm, subtract(merge(backward), tp_busy));
+      // Gradient buckets hide behind backward, a sharded optimizer's parameter gather behind the
+      // next forward.
+      const double hidden = overlap(step_comm, subtract(merge(overlappable), tp_busy));
       rows.push_back({{"step", step.step},
                       {"rank", rank},
                       {"step_ms", total / 1000},
@@ -185,7 +192,8 @@ std::string trace_summary_text(const nlohmann::ordered_json& summary, const std:
   std::string out = str("trace summary of ", run_dir,
                         "/trace.json (milliseconds; step = compute + exposed comm + data wait + "
                         "other; comm: communication lanes busy, hidden: of that, behind "
-                        "backward; tp: tensor-parallel collectives, part of exposed)\n");
+                        "forward and backward; tp: tensor-parallel collectives, part of "
+                        "exposed)\n");
   char line[256];
   std::snprintf(line, sizeof line, "%6s %5s %9s %9s %9s %9s %9s %9s %9s %9s\n", "step", "rank",
                 "step", "compute", "comm", "hidden", "exposed", "tp", "data wait", "other");

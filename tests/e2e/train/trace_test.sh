@@ -6,7 +6,8 @@
 # is refused at start with the estimate. At tp=2 (GPT on dp=1 x tp=2) every rank records its
 # tensor-parallel collectives on its `comm tp` lane, the same sequence on both ranks of the group,
 # inside forward, backward and the gradient sync; the summary counts them as exposed
-# communication, not compute, and still adds up to the step time.
+# communication, not compute, and still adds up to the step time. With a sharded optimizer state
+# the parameter all-gather runs on into the next forward, which waits for it there.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -98,6 +99,51 @@ print("trace checks passed, overlap", overlap)
 PY
     fail "trace of the run with parallel.overlap=$overlap"
 done
+
+# A sharded optimizer state on dp=2: the parameter all-gather of each update runs on into the next
+# step's forward, which waits there for each layer's buckets ("parameter gather wait" slices
+# inside forward); the summary counts those waits as exposed communication, not compute.
+expect_exit 0 "$TMP/train-sharded.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+  --set "run.dir=$TMP/sharded" --set parallel.shard_optimizer=true
+expect_exit 0 "$TMP/summary-sharded.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/sharded" --json
+$PY - "$TMP/sharded/trace.json" "$TMP/summary-sharded.json" <<'PY' || fail "trace of the sharded run"
+import json, sys
+from collections import defaultdict
+trace = json.load(open(sys.argv[1]))
+summary = json.load(open(sys.argv[2]))
+events = trace["traceEvents"]
+lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+         if e["ph"] == "M" and e["name"] == "thread_name"}
+slices = defaultdict(list)
+for e in events:
+    if e["ph"] == "X":
+        slices[(lanes[(e["pid"], e["tid"])], e["pid"])].append(
+            (e["ts"], e["ts"] + e["dur"], e["name"], e.get("args", {})))
+inside = lambda a, b: b[0] <= a[0] and a[1] <= b[1]
+for pid in (0, 1):
+    main = slices[("main", pid)]
+    gathers = [s for s in slices[("comm dp", pid)] if s[2] == "all_gather"]
+    assert len(gathers) >= 2 * 6, ("one all-gather per bucket and update", len(gathers))
+    forwards = [s for s in main if s[2] == "forward"]
+    waits = [s for s in main if s[2] == "parameter gather wait"]
+    # Steps 5 and 6 follow a step without evaluation or save, so their forward finds the gather
+    # in flight (after step 6 the evaluation waits for it first).
+    waiting = [f for f in forwards if any(inside(w, f) for w in waits)]
+    assert len(waiting) >= 2, ("forward did not wait for the gather", pid, waits, forwards)
+    for r in summary["rows"]:
+        if r["rank"] != pid:
+            continue
+        step = [s for s in main if s[2] == "step" and s[3].get("step") == r["step"]][0]
+        mine = [s for s in main if inside(s, step)]
+        compute = sum(s[1] - s[0] for s in mine
+                      if s[2] in ("input copy", "forward", "backward", "optimizer"))
+        waited = sum(s[1] - s[0] for s in mine if s[2] == "parameter gather wait")
+        assert abs((compute - waited) / 1000 - r["compute_ms"]) < 1e-6, (compute, waited, r)
+        assert r["exposed_ms"] >= waited / 1000 - 1e-6, (waited, r)
+        parts = r["compute_ms"] + r["exposed_ms"] + r["data_wait_ms"] + r["other_ms"]
+        assert abs(parts - r["step_ms"]) < 1e-6, r
+print("sharded trace checks passed")
+PY
 
 # Tensor parallelism: a small GPT (2 layers, width 64, context 32) on dp=1 x tp=2.
 fortunes=/usr/share/games/fortunes/science
