@@ -484,11 +484,11 @@ TrainOutcome Trainer::run() {
   m.monitor->sample();
   TraceSession tracer(
       cfg.logging.trace, cfg.logging.trace_max_mb,
-      trace_slices_per_step(cfg.optim.grad_accumulation,
-                            // sharded: reduce-scatter, all-gather and a gather wait per bucket
-                            static_cast<std::int64_t>(m.sync->bucket_sizes().size()) *
-                                (m.shards ? 3 : 1),
-                            grid.tp_size() > 1 ? 64 * cfg.optim.grad_accumulation : 0),
+      trace_slices_per_step(
+          cfg.optim.grad_accumulation,
+          // sharded: reduce-scatter, all-gather and a gather wait per bucket
+          static_cast<std::int64_t>(m.sync->bucket_sizes().size()) * (m.shards ? 3 : 1),
+          grid.tp_size() > 1 ? 64 * cfg.optim.grad_accumulation : 0),
       cfg.run.dir, *m.env.control.world);
   ProfileSession profiler(cfg.logging.profile, cfg.logging.profile_warmup, cfg.run.dir,
                           m.env.runtime.world_rank());

@@ -7,9 +7,10 @@
 // the updated parameters are then all-gathered bucket by bucket, in forward order (the bucket of
 // the first layers first): start_parameter_gather() launches them, and a model that waits layer by
 // layer (model::Model::waits_for_parameters) calls wait_parameter() for each parameter just
-// before its first use, so the next step's forward overlaps the rest of the gather. Checkpoints still store logical
-// tensors: gather_state() builds the full state for a save, scatter_state() takes a rank's chunks
-// back out of a loaded one, so a checkpoint does not depend on the dp size or on sharding.
+// before its first use, so the next step's forward overlaps the rest of the gather. Checkpoints
+// still store logical tensors: gather_state() builds the full state for a save, scatter_state()
+// takes a rank's chunks back out of a loaded one, so a checkpoint does not depend on the dp size or
+// on sharding.
 
 #include <torch/torch.h>
 

@@ -4,6 +4,8 @@
 // Rank 0 starts its gather late, so on the other ranks the gather is still in flight when they
 // wait: a wait that returned early would leave the other ranks' chunks unfilled.
 
+#include "hpctrain/parallel/data_parallel_shards.hpp"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "hpctrain/comm/mpi_communicator.hpp"
-#include "hpctrain/parallel/data_parallel_shards.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 
