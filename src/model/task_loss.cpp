@@ -35,15 +35,16 @@ void set_metric_sums(LossOutput& out, const torch::Tensor& loss_sum, const torch
                      const torch::Tensor& abs_error_sum) {
   if (loss_sum.device().is_cpu() && !g_defer_on_cpu) {
     out.loss_sum = loss_sum.to(torch::kDouble).item<double>();
-    out.correct = correct.item<std::int64_t>();
+    if (correct.defined()) out.correct = correct.item<std::int64_t>();
     if (abs_error_sum.defined())
       out.abs_error_sum = abs_error_sum.to(torch::kDouble).item<double>();
     return;
   }
-  const torch::Tensor abs = abs_error_sum.defined() ? abs_error_sum.to(torch::kDouble)
-                                                    : torch::zeros_like(loss_sum, torch::kDouble);
-  out.pending = torch::stack({loss_sum.to(torch::kDouble).reshape({}),
-                              correct.to(torch::kDouble).reshape({}), abs.reshape({})});
+  auto as_double = [&loss_sum](const torch::Tensor& t) {
+    return t.defined() ? t.to(torch::kDouble).reshape({})
+                       : torch::zeros({}, loss_sum.options().dtype(torch::kDouble));
+  };
+  out.pending = torch::stack({as_double(loss_sum), as_double(correct), as_double(abs_error_sum)});
 }
 
 LossOutput classification_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
@@ -69,8 +70,7 @@ LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor
   torch::Tensor sum = error.pow(2).sum();
   out.count = targets.numel();
   out.loss = sum / static_cast<double>(std::max<std::int64_t>(out.count, 1));
-  set_metric_sums(out, sum.detach(), torch::zeros({}, sum.options().dtype(torch::kLong)),
-                  error.detach().abs().sum());
+  set_metric_sums(out, sum.detach(), /*correct=*/torch::Tensor(), error.detach().abs().sum());
   return out;
 }
 

@@ -94,9 +94,14 @@ void DataParallelShards::wait_parameter(const torch::Tensor& parameter) {
   const std::int64_t end = offset + parameter.numel();
   const auto start = std::chrono::steady_clock::now();
   bool waited = false;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+  // Buckets tile the flat buffer in increasing offset: start at the one holding `offset`.
+  auto first = std::upper_bound(buckets_.begin(), buckets_.end(), offset,
+                                [](std::int64_t at, const FlatRange& r) { return at < r.offset; });
+  if (first != buckets_.begin()) --first;
+  for (auto b = static_cast<std::size_t>(first - buckets_.begin());
+       b < buckets_.size() && buckets_[b].offset < end; ++b) {
     const auto& bucket = buckets_[b];
-    if (!gathers_[b] || bucket.offset >= end || bucket.offset + bucket.numel <= offset) continue;
+    if (!gathers_[b] || bucket.offset + bucket.numel <= offset) continue;
     gathers_[b]->wait();
     gathers_[b] = nullptr;
     --pending_;

@@ -122,7 +122,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
   p_.model.train();
   namespace trace = runtime::trace;
-  torch::Tensor pending;  // metric sums on the device (model::LossOutput::pending)
+  model::LossOutput device_sums;  // metric sums the losses left on the device, added there
   for (int k = 0; k < k_total; ++k) {
     torch::Tensor inputs, targets;
     {
@@ -163,7 +163,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     r.correct += static_cast<double>(out.correct);
     r.count += static_cast<double>(out.count);
     // Sums left on the device (a GPU) are added there and read after the gradient norm.
-    if (out.pending.defined()) pending = pending.defined() ? pending + out.pending : out.pending;
+    if (out.pending.defined()) {
+      device_sums.pending =
+          device_sums.pending.defined() ? device_sums.pending + out.pending : out.pending;
+    }
   }
 
   // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
@@ -188,13 +191,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
   }
   r.grad_norm = global_grad_norm();  // the step's one wait for the device (the host decides)
-  if (pending.defined()) {
-    model::LossOutput sums;
-    sums.pending = pending;
-    sums.resolve();
-    r.loss_sum += sums.loss_sum;
-    r.correct += static_cast<double>(sums.correct);
-  }
+  device_sums.resolve();             // none on CPU unless debug.stage_inputs
+  r.loss_sum += device_sums.loss_sum;
+  r.correct += static_cast<double>(device_sums.correct);
   r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
   if (nonfinite(r.grad_norm)) {

@@ -31,9 +31,10 @@ LossOutput language_model_loss(const torch::Tensor& logits, const torch::Tensor&
 /// element; abs_error_sum feeds the mean absolute error. Local.
 LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor& targets);
 
-/// Fills `out`'s metric sums from scalar tensors (`abs_error_sum` may be undefined): read at once
-/// on CPU, left on the device in out.pending elsewhere (and on CPU too while deferred reads are
-/// forced, below). Local.
+/// Fills `out`'s metric sums from scalar tensors (`correct` and `abs_error_sum` may be undefined,
+/// counting 0: regression has no correct predictions, classification no absolute error): read at
+/// once on CPU, left on the device in out.pending elsewhere (and on CPU too while deferred reads
+/// are forced, below). Local.
 void set_metric_sums(LossOutput& out, const torch::Tensor& loss_sum, const torch::Tensor& correct,
                      const torch::Tensor& abs_error_sum = {});
 

@@ -299,17 +299,25 @@ TEST(PlanMemory, ActivationsShrinkWithRecomputationAndTensorParallelism) {
                    2 * none.per_layer + 2 * weights + 2 * 8.0 * 1024 * 12 * 1024 * 4);
 }
 
+// The message of the ConfigError `call` throws, or "no error".
+template <class Call>
+std::string config_error_of(Call&& call) {
+  try {
+    call();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(PlanMemory, DeviceMemorySizesParse) {
   EXPECT_DOUBLE_EQ(parse_bytes("80GiB", "--device-memory"), 80.0 * (1ull << 30));
   EXPECT_DOUBLE_EQ(parse_bytes("141 GB", "--device-memory"), 141e9);
   EXPECT_DOUBLE_EQ(parse_bytes("1.5e9", "--device-memory"), 1.5e9);
   for (const char* bad : {"", "80 gallons", "-1GiB", "GiB"}) {
-    try {
-      parse_bytes(bad, "--device-memory");
-      ADD_FAILURE() << bad;
-    } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("--device-memory"), std::string::npos);
-    }
+    EXPECT_NE(config_error_of([&] { parse_bytes(bad, "--device-memory"); }).find("--device-memory"),
+              std::string::npos)
+        << bad;
   }
 }
 
@@ -408,12 +416,7 @@ TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
   // Missing pieces are ConfigErrors naming the argument.
   auto message = [](const SizeArguments& bad) {
     MemoryInputs unused;
-    try {
-      inputs_from_sizes(bad, 1, unused);
-    } catch (const ConfigError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return config_error_of([&] { inputs_from_sizes(bad, 1, unused); });
   };
   SizeArguments no_tokens;
   no_tokens.params = 1e6;
