@@ -76,15 +76,24 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
   // the logits and of the softmax in the cross entropy (2 V / tp, float32).
   const double vocab = std::ceil(static_cast<double>(shape.vocab_size) / tp);
   a.head = tokens * (3 * d * element_bytes + 2 * vocab * 4);
+  a.dense = tokens * dense * element_bytes;
+  a.probabilities = tokens * attention * element_bytes;
   return a;
 }
 
-double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
-                            RecomputeMode mode, double weight_bytes) {
-  double slack = 2 * none.per_layer + 2 * weight_bytes;
-  // The scores and probabilities of a block: what recompute=attention does not keep.
-  if (mode == RecomputeMode::kAttention) slack += 2 * (none.per_layer - attention.per_layer);
-  return slack;
+double gpt_heap_slack_bytes(const ActivationBytes& block, std::int64_t layers, RecomputeMode mode,
+                            double weight_bytes) {
+  struct Coefficients {
+    double dense, probabilities, weights;
+  };
+  // Least-squares fits (docs/BENCHMARKS.md, "Heap slack"), rounded: none 1.00 0.37 1.46, block
+  // 1.43 0.44 1.50, attention 0.92 1.21 1.41.
+  Coefficients c{1.0, 0.35, 1.5};
+  if (mode == RecomputeMode::kBlock) c = {1.4, 0.45, 1.5};
+  if (mode == RecomputeMode::kAttention) c = {0.9, 1.2, 1.4};
+  return c.dense * block.dense +
+         c.probabilities * static_cast<double>(layers) * block.probabilities +
+         c.weights * weight_bytes;
 }
 
 const char* recompute_name(RecomputeMode mode) {
@@ -119,8 +128,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
                              in.recompute, kCpuDropoutMask)
             .total();
     heap_slack = gpt_heap_slack_bytes(p.activations[static_cast<int>(RecomputeMode::kNone)],
-                                      p.activations[static_cast<int>(RecomputeMode::kAttention)],
-                                      in.recompute, n * p.run.weights);
+                                      in.shape.layers, in.recompute, n * p.run.weights);
   }
   p.total_bytes = p.state_bytes + p.run_activation_bytes;
   // On a CPU host the tensors live in glibc's heap, beside its free space and the process's

@@ -47,6 +47,9 @@ struct ActivationBytes {
   double layers = 0;     ///< all blocks (with recomputation: their inputs, plus one block's
                          ///< full activations, which backward rebuilds one block at a time)
   double head = 0;       ///< embeddings, final norm, logits and the cross entropy
+  // One block's parts as kept without recomputation, masks left out (whatever the mode):
+  double dense = 0;          ///< the activations other than the attention probabilities
+  double probabilities = 0;  ///< the attention probabilities (with dropout also their dropped copy)
   double total() const { return layers + head; }
 };
 
@@ -80,16 +83,19 @@ struct HostMemory {
 /// peak of a one-layer width-8 gpt on 2 ranks, Debian 12, LibTorch 1.13, OpenMPI 4.1 (203 MiB).
 constexpr double kDefaultProcessBaseBytes = 203.0 * 1024 * 1024;
 
-/// The heap slack of a gpt run on a CPU host, calibrated on gpt-small and gpt-medium at 2 and 4
-/// ranks (docs/BENCHMARKS.md, within 7% of peak RSS there): two blocks' activations as kept
-/// without recomputation (`none`, the estimate for RecomputeMode::kNone) whatever `mode` keeps,
-/// since one block's forward and backward temporaries are allocated and freed around the live
-/// tensors however many blocks are kept; twice the weight bytes (`weight_bytes`, this device's),
-/// for the per-parameter gradients autograd allocates before adding them into the flat buffer
-/// and the buffers MPI allocates to reduce the buckets; with kAttention twice more the scores
-/// and probabilities that each block rebuilds. Local.
-double gpt_heap_slack_bytes(const ActivationBytes& none, const ActivationBytes& attention,
-                            RecomputeMode mode, double weight_bytes);
+/// The heap slack of a gpt run on a CPU host: the free space glibc's heap holds beside the live
+/// tensors at the peak (every tensor lives in the heap: src/runtime/runtime.cpp). Three terms,
+/// with coefficients per `mode` fitted by least squares on 8 gpt shapes x 3 modes, 3 runs of 2
+/// ranks each, and checked on 2 held-out shapes (docs/BENCHMARKS.md, "Heap slack"):
+/// one block's dense activations (`block.dense`; its forward and backward temporaries, allocated
+/// around the live tensors), a share of every block's attention probabilities (`layers` x
+/// `block.probabilities`; the largest tensors, whose freed places later allocations fit only in
+/// part: the share is largest with kAttention, which frees them in every block's forward), and
+/// about 1.5 times this device's weight bytes `weight_bytes` (the per-parameter gradients autograd
+/// allocates before adding them into the flat buffer, the buffers MPI reduces the buckets in).
+/// `block`: any mode's estimate (dense and probabilities do not depend on it). Local.
+double gpt_heap_slack_bytes(const ActivationBytes& block, std::int64_t layers, RecomputeMode mode,
+                            double weight_bytes);
 
 /// "none", "block", "attention" (the model.recompute names). Local.
 const char* recompute_name(RecomputeMode mode);

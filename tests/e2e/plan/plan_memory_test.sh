@@ -33,9 +33,11 @@ assert plain["fits"] is True and sharded["fits"] is False
 h, hp = sharded["host"], plain["host"]
 assert h["process_base_bytes"] == 100 * 2**20 and h["process_base"] == "--host-base", h
 assert hp["process_base_bytes"] == 203 * 2**20, hp
-assert h["tensor_bytes"] == sharded["total_bytes"] and h["heap_slack_bytes"] > 2 * params * 4, h
+assert h["tensor_bytes"] == sharded["total_bytes"] and h["heap_slack_bytes"] > 1.5 * params * 4, h
 assert h["peak_rss_bytes"] == h["tensor_bytes"] + h["heap_slack_bytes"] + h["process_base_bytes"], h
-assert hp["heap_slack_bytes"] == h["heap_slack_bytes"], (hp, h)  # the same blocks and weights
+# The slack follows the recompute mode (docs/MEMORY.md): block's share of the dense temporaries is
+# the larger, and the same weights are counted in both.
+assert hp["heap_slack_bytes"] < h["heap_slack_bytes"], (hp, h)
 PY
 
 expect_exit 0 "$TMP/table.txt" "$HPCTRAIN_BIN" plan "${common[@]}" --set parallel.shard_optimizer=true \

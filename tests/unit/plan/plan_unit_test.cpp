@@ -288,15 +288,23 @@ TEST(PlanMemory, ActivationsShrinkWithRecomputationAndTensorParallelism) {
               .per_layer -
           gpt_activation_bytes(s, 12, 8, 1, 4, true, RecomputeMode::kAttention).per_layer,
       8.0 * 1024 * 2 * 768 * 3);
-  // Heap slack on a CPU host: two blocks' full activations and twice the weights, whatever is
-  // kept; recompute=attention adds twice the probabilities each block rebuilds.
+  // A block's dense activations and probabilities (masks left out), whatever the mode keeps.
+  const double dense = 8.0 * 1024 * 16 * 768 * 4, probabilities = 8.0 * 1024 * 12 * 1024 * 4;
+  for (const auto* a : {&none, &block, &attention}) {
+    EXPECT_DOUBLE_EQ(a->dense, dense);
+    EXPECT_DOUBLE_EQ(a->probabilities, probabilities);
+  }
+  EXPECT_DOUBLE_EQ(cpu_dropout.dense, dense);
+  EXPECT_DOUBLE_EQ(cpu_dropout.probabilities, 2 * probabilities);  // and the dropped copy
+  // Heap slack on a CPU host: one block's dense activations, a share of every block's
+  // probabilities and about 1.5 times the weights, with the fitted coefficients of each mode.
   const double weights = 4.0 * 124e6;
-  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kBlock, weights),
-                   2 * none.per_layer + 2 * weights);
-  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kNone, weights),
-                   2 * none.per_layer + 2 * weights);
-  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, attention, RecomputeMode::kAttention, weights),
-                   2 * none.per_layer + 2 * weights + 2 * 8.0 * 1024 * 12 * 1024 * 4);
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, 12, RecomputeMode::kNone, weights),
+                   dense + 0.35 * 12 * probabilities + 1.5 * weights);
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(block, 12, RecomputeMode::kBlock, weights),
+                   1.4 * dense + 0.45 * 12 * probabilities + 1.5 * weights);
+  EXPECT_DOUBLE_EQ(gpt_heap_slack_bytes(none, 12, RecomputeMode::kAttention, weights),
+                   0.9 * dense + 1.2 * 12 * probabilities + 1.4 * weights);
 }
 
 // The message of the ConfigError `call` throws, or "no error".
@@ -349,18 +357,18 @@ TEST(PlanMemory, MemoryPlanAddsStateActivationsAndHostMemory) {
   p = make_memory_plan(m, "adam", 80.0 * (1ull << 30), 300e6);
   const auto block = gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kBlock);
   const auto none = gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kNone);
-  const auto attention =
-      gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kAttention);
   EXPECT_DOUBLE_EQ(p.run_activation_bytes, block.total());
   EXPECT_DOUBLE_EQ(p.total_bytes, p.state_bytes + block.total());
   EXPECT_DOUBLE_EQ(p.host.heap_slack,
-                   gpt_heap_slack_bytes(none, attention, RecomputeMode::kBlock, 1e6 * 4));
+                   gpt_heap_slack_bytes(none, 12, RecomputeMode::kBlock, 1e6 * 4));
   EXPECT_DOUBLE_EQ(p.host.peak_rss(), p.total_bytes + p.host.heap_slack + 300e6);
   EXPECT_TRUE(p.fits());
   j = memory_plan_to_json(p);
   EXPECT_EQ(j["recompute"], "block");
   EXPECT_DOUBLE_EQ(j["activation_bytes"]["none"].get<double>(), none.total());
-  EXPECT_DOUBLE_EQ(j["activation_bytes"]["attention"].get<double>(), attention.total());
+  EXPECT_DOUBLE_EQ(
+      j["activation_bytes"]["attention"].get<double>(),
+      gpt_activation_bytes(m.shape, 12, 8, 1, 4, false, RecomputeMode::kAttention).total());
   EXPECT_EQ(j["host"]["process_base"], "--host-base");
   EXPECT_EQ(j["fits"], true);
   // bf16 halves the activations' elements; a small device does not hold the run.
