@@ -56,12 +56,16 @@ void DataParallelShards::scale_owned_grads(double factor) {
   for (const auto& range : owned_) flat_.grads().narrow(0, range.offset, range.numel).mul_(factor);
 }
 
-double DataParallelShards::all_gather_parameters() {
-  if (dp_->size() == 1) return 0.0;
-  const auto start = std::chrono::steady_clock::now();
-  start_parameter_gather();
-  wait_parameters();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+std::vector<comm::WorkHandle> DataParallelShards::launch_bucket_gathers(
+    const torch::Tensor& flat_tensor) {
+  std::vector<comm::WorkHandle> works(buckets_.size());
+  // The flat layout is in reverse registration order (backward's order), so the last bucket
+  // holds the first layers: gather it first, as forward reads it first.
+  for (std::size_t b = buckets_.size(); b-- > 0;) {
+    works[b] = dp_->all_gather_in_place_async(
+        flat_tensor.narrow(0, buckets_[b].offset, buckets_[b].numel));
+  }
+  return works;
 }
 
 void DataParallelShards::start_parameter_gather() {
@@ -69,14 +73,8 @@ void DataParallelShards::start_parameter_gather() {
   // A gather still in flight from an earlier start would be overwritten by this one: finish it.
   wait_parameters();
   torch::NoGradGuard no_grad;
-  // The flat layout is in reverse registration order (backward's order), so the last bucket
-  // holds the first layers: gather it first, as forward reads it first.
-  for (std::size_t b = buckets_.size(); b-- > 0;) {
-    const auto& bucket = buckets_[b];
-    gathers_[b] =
-        dp_->all_gather_in_place_async(flat_.params().narrow(0, bucket.offset, bucket.numel));
-    ++pending_;
-  }
+  gathers_ = launch_bucket_gathers(flat_.params());
+  pending_ = gathers_.size();
 }
 
 void DataParallelShards::wait_parameter(const torch::Tensor& parameter) {
@@ -107,10 +105,9 @@ void DataParallelShards::wait_parameter(const torch::Tensor& parameter) {
     --pending_;
     waited = true;
   }
-  if (!waited) return;
-  const auto finish = std::chrono::steady_clock::now();
-  exposed_gather_seconds_ += std::chrono::duration<double>(finish - start).count();
-  if (runtime::trace::on()) runtime::trace::record(0, "parameter gather wait", start, finish);
+  if (waited && runtime::trace::on()) {
+    runtime::trace::record(0, "parameter gather wait", start, std::chrono::steady_clock::now());
+  }
 }
 
 double DataParallelShards::wait_parameters() {
@@ -124,16 +121,8 @@ double DataParallelShards::wait_parameters() {
     --pending_;
   }
   const auto finish = std::chrono::steady_clock::now();
-  const double waited = std::chrono::duration<double>(finish - start).count();
-  exposed_gather_seconds_ += waited;
   if (runtime::trace::on()) runtime::trace::record(0, "parameter gather wait", start, finish);
-  return waited;
-}
-
-double DataParallelShards::take_exposed_gather_seconds() {
-  const double seconds = exposed_gather_seconds_;
-  exposed_gather_seconds_ = 0;
-  return seconds;
+  return std::chrono::duration<double>(finish - start).count();
 }
 
 torch::Tensor DataParallelShards::gather_state(const torch::Tensor& packed) {
@@ -145,11 +134,7 @@ torch::Tensor DataParallelShards::gather_state(const torch::Tensor& packed) {
     at += range.numel;
   }
   if (dp_->size() > 1) {
-    std::vector<comm::WorkHandle> works;
-    for (const auto& bucket : buckets_) {
-      works.push_back(dp_->all_gather_in_place_async(full.narrow(0, bucket.offset, bucket.numel)));
-    }
-    for (auto& work : works) work->wait();
+    for (auto& work : launch_bucket_gathers(full)) work->wait();
   }
   return full;
 }

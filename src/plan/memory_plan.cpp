@@ -173,6 +173,15 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
       {"process_base_bytes", p.host.process_base},
       {"process_base", p.host_base_given ? "--host-base" : "default (measured on Debian 12)"},
       {"peak_rss_bytes", p.host.peak_rss()}};
+  if (m.gpt) {
+    // What the slack model multiplies (gpt_heap_slack_bytes), for refitting it
+    // (scripts/bench_heap_slack.sh).
+    const auto& block = p.activations[static_cast<int>(RecomputeMode::kNone)];
+    j["host"]["heap_slack_terms"] = {
+        {"block_dense_bytes", block.dense},
+        {"probabilities_bytes", static_cast<double>(m.shape.layers) * block.probabilities},
+        {"weight_bytes", n * p.run.weights}};
+  }
   if (p.device_memory > 0) {
     j["device_memory"] = p.device_memory;
     j["fits"] = p.fits();

@@ -46,24 +46,19 @@ class DataParallelShards {
   double owned_grad_square_sum(const std::vector<std::size_t>& weighted, double weight) const;
   /// Multiplies the owned gradient elements by `factor` (clipping). Local.
   void scale_owned_grads(double factor);
-  /// All-gathers the parameters of every bucket (each rank contributes its updated chunks) and
-  /// returns the seconds it took. Collective over the dp group.
-  double all_gather_parameters();
   /// Launches the all-gather of every bucket, last bucket (the first layers' parameters) first,
   /// without waiting (on the dp group's communication thread or stream; at once where that has
   /// none). Collective over the dp group: every dp rank starts it after the same update.
   void start_parameter_gather();
   /// Waits for the gathers of the buckets holding parameter `parameter` (a view into the flat
-  /// parameters; any other tensor waits for every bucket). Adds the host time waited to
-  /// exposed_gather_seconds(). Local (completes collectives already started).
+  /// parameters; any other tensor waits for every bucket), traced as a "parameter gather wait".
+  /// Local (completes collectives already started).
   void wait_parameter(const torch::Tensor& parameter);
-  /// Waits for every gather still in flight; returns the seconds waited (also added to
-  /// exposed_gather_seconds()). Call before anything but forward reads the parameters. Local.
+  /// Waits for every gather still in flight; returns the seconds waited. Call before anything but
+  /// forward reads the parameters. Local.
   double wait_parameters();
   /// Whether a gather started by start_parameter_gather() may still be in flight. Local.
   bool gather_pending() const { return pending_ > 0; }
-  /// Host seconds spent waiting for parameter gathers since the last call (then reset). Local.
-  double take_exposed_gather_seconds();
   /// The full flat-layout tensor (flat.numel() elements, padding zero) of packed state `packed`
   /// (owned_numel() elements): every rank's chunks gathered. Collective over the dp group.
   torch::Tensor gather_state(const torch::Tensor& packed);
@@ -71,12 +66,15 @@ class DataParallelShards {
   void scatter_state(const torch::Tensor& full, torch::Tensor& packed) const;
 
  private:
+  /// Launches the in-place all-gather of every bucket of `flat_tensor` (flat layout, flat_.numel()
+  /// elements), last bucket first; the handles are indexed by bucket. Collective over the dp group.
+  std::vector<comm::WorkHandle> launch_bucket_gathers(const torch::Tensor& flat_tensor);
+
   FlatParameters& flat_;
   std::shared_ptr<comm::Communicator> dp_;
   std::vector<FlatRange> buckets_;
   std::vector<comm::WorkHandle> gathers_;  // per bucket: in flight, or null
   std::size_t pending_ = 0;                // non-null entries of gathers_
-  double exposed_gather_seconds_ = 0;
   std::vector<FlatRange> owned_;
   std::int64_t owned_numel_ = 0;
 };

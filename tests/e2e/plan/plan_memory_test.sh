@@ -38,6 +38,9 @@ assert h["peak_rss_bytes"] == h["tensor_bytes"] + h["heap_slack_bytes"] + h["pro
 # The slack follows the recompute mode (docs/MEMORY.md): block's share of the dense temporaries is
 # the larger, and the same weights are counted in both.
 assert hp["heap_slack_bytes"] < h["heap_slack_bytes"], (hp, h)
+t = h["heap_slack_terms"]
+assert t["weight_bytes"] == params * 4 and t["block_dense_bytes"] > 0 and t["probabilities_bytes"] > 0, t
+assert t == hp["heap_slack_terms"], (t, hp)  # what the model multiplies, whatever the mode
 PY
 
 expect_exit 0 "$TMP/table.txt" "$HPCTRAIN_BIN" plan "${common[@]}" --set parallel.shard_optimizer=true \

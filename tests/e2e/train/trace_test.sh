@@ -10,6 +10,7 @@
 # the parameter all-gather runs on into the next forward, which waits for it there.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
+util=$HPCTRAIN_SOURCE_DIR/tests/e2e/train  # trace_util.py: the trace reader the checks share
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set run.max_steps=12 --set "model.hidden=[256,128]"
   --set parallel.bucket_mb=0 --set logging.trace.start_step=5 --set logging.trace.steps=3
@@ -22,48 +23,30 @@ for overlap in true false; do
   expect_exit 0 "$TMP/summary-$overlap.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/$overlap" --json
   expect_exit 0 "$TMP/summary-$overlap.txt" "$HPCTRAIN_BIN" -q trace summary "$TMP/$overlap"
   expect_grep "step 6: slowest rank [01]" "$TMP/summary-$overlap.txt"
-  $PY - "$TMP/$overlap/trace.json" "$TMP/summary-$overlap.json" "$overlap" <<'PY' ||
+  PYTHONPATH=$util $PY - "$TMP/$overlap/trace.json" "$TMP/summary-$overlap.json" "$overlap" <<'PY' ||
 import json, sys
-from collections import defaultdict
-trace = json.load(open(sys.argv[1]))
-summary = json.load(open(sys.argv[2]))
+import trace_util
+lanes, slices, summary = trace_util.load(sys.argv[1], sys.argv[2])
 overlap = sys.argv[3] == "true"
-events = trace["traceEvents"]
-procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+procs = {e["pid"]: e["args"]["name"] for e in json.load(open(sys.argv[1]))["traceEvents"]
+         if e["ph"] == "M" and e["name"] == "process_name"}
 assert sorted(procs) == [0, 1] and all("(" in n for n in procs.values()), procs
-lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-         if e["ph"] == "M" and e["name"] == "thread_name"}
 for pid in (0, 1):
     names = {n for (p, _), n in lanes.items() if p == pid}
     assert {"main", "comm dp", "checkpoint writer"} <= names, (pid, names)
-slices = defaultdict(list)
-for e in events:
-    if e["ph"] == "X":
-        assert (e["pid"], e["tid"]) in lanes, e
-        slices[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"], e.get("args", {})))
-# Strict nesting per lane: a slice starting inside another ends inside it.
-for key, ss in slices.items():
-    ss.sort(key=lambda s: (s[0], -s[1]))
-    stack = []
-    for s in ss:
-        while stack and stack[-1][1] <= s[0] + 1e-3:
-            stack.pop()
-        if stack:
-            assert s[1] <= stack[-1][1] + 1e-3, ("not nested", lanes[key], stack[-1], s)
-        stack.append(s)
+trace_util.assert_nested(slices)
 for pid in (0, 1):
-    main = slices[(pid, [t for (p, t), n in lanes.items() if p == pid and n == "main"][0])]
+    main = slices["main", pid]
     steps = sorted(s[3]["step"] for s in main if s[2] == "step")
     assert steps == [5, 6, 7], steps
     names = {s[2] for s in main}
     assert {"data wait", "input copy", "forward", "backward", "gradient sync", "optimizer", "eval",
             "checkpoint save"} <= names, names
-    writer = [s for (p, t), n in lanes.items() if p == pid and n == "checkpoint writer"
-              for s in slices[(p, t)]]
+    writer = slices["checkpoint writer", pid]
     # Data-parallel rank 0 holds what is saved and copies it; every rank takes part in the write.
     want = {"checkpoint copy", "checkpoint write"} if pid == 0 else {"checkpoint write"}
     assert want <= {s[2] for s in writer}, writer
-    comm = [s for (p, t), n in lanes.items() if p == pid and n == "comm dp" for s in slices[(p, t)]]
+    comm = slices["comm dp", pid]
     reduces = [s for s in comm if s[2] == "all_reduce"]
     assert len(reduces) >= 3 * 6, len(reduces)  # 6 parameter buckets per step
     backward = [s for s in main if s[2] == "backward"]
@@ -79,8 +62,7 @@ for r in rows:
     parts = r["compute_ms"] + r["exposed_ms"] + r["data_wait_ms"] + r["other_ms"]
     assert abs(parts - r["step_ms"]) < 1e-6, r
     assert r["other_ms"] >= -1e-6 and r["hidden_ms"] <= r["comm_ms"] + 1e-9, r
-    main_tid = [t for (p, t), n in lanes.items() if p == r["rank"] and n == "main"][0]
-    main = slices[(r["rank"], main_tid)]
+    main = slices["main", r["rank"]]
     step = [s for s in main if s[2] == "step" and s[3]["step"] == r["step"]][0]
     inside = [s for s in main if s[0] >= step[0] and s[1] <= step[1]]
     compute = sum(s[1] - s[0] for s in inside if s[2] in ("input copy", "forward", "backward", "optimizer"))
@@ -106,20 +88,11 @@ done
 expect_exit 0 "$TMP/train-sharded.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set "run.dir=$TMP/sharded" --set parallel.shard_optimizer=true
 expect_exit 0 "$TMP/summary-sharded.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/sharded" --json
-$PY - "$TMP/sharded/trace.json" "$TMP/summary-sharded.json" <<'PY' || fail "trace of the sharded run"
-import json, sys
-from collections import defaultdict
-trace = json.load(open(sys.argv[1]))
-summary = json.load(open(sys.argv[2]))
-events = trace["traceEvents"]
-lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-         if e["ph"] == "M" and e["name"] == "thread_name"}
-slices = defaultdict(list)
-for e in events:
-    if e["ph"] == "X":
-        slices[(lanes[(e["pid"], e["tid"])], e["pid"])].append(
-            (e["ts"], e["ts"] + e["dur"], e["name"], e.get("args", {})))
-inside = lambda a, b: b[0] <= a[0] and a[1] <= b[1]
+PYTHONPATH=$util $PY - "$TMP/sharded/trace.json" "$TMP/summary-sharded.json" <<'PY' || fail "trace of the sharded run"
+import sys
+import trace_util
+from trace_util import inside
+lanes, slices, summary = trace_util.load(sys.argv[1], sys.argv[2])
 for pid in (0, 1):
     main = slices[("main", pid)]
     gathers = [s for s in slices[("comm dp", pid)] if s[2] == "all_gather"]
@@ -161,28 +134,12 @@ expect_grep "trace of steps 3..5 written" "$TMP/train-tp.txt"
 expect_exit 0 "$TMP/summary-tp.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/tp" --json
 expect_exit 0 "$TMP/summary-tp.txt" "$HPCTRAIN_BIN" -q trace summary "$TMP/tp"
 expect_grep "exposed +tp +data wait" "$TMP/summary-tp.txt"
-$PY - "$TMP/tp/trace.json" "$TMP/summary-tp.json" <<'PY' || fail "trace of the tensor-parallel run"
-import json, sys
-from collections import defaultdict
-trace = json.load(open(sys.argv[1]))
-summary = json.load(open(sys.argv[2]))
-events = trace["traceEvents"]
-lanes = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-         if e["ph"] == "M" and e["name"] == "thread_name"}
-slices = defaultdict(list)
-for e in events:
-    if e["ph"] == "X":
-        slices[lanes[(e["pid"], e["tid"])], e["pid"]].append((e["ts"], e["ts"] + e["dur"], e["name"]))
-for ss in slices.values():
-    ss.sort(key=lambda s: (s[0], -s[1]))
-    stack = []
-    for s in ss:
-        while stack and stack[-1][1] <= s[0] + 1e-3:
-            stack.pop()
-        assert not stack or s[1] <= stack[-1][1] + 1e-3, ("not nested", stack[-1], s)
-        stack.append(s)
-def inside(s, outer):
-    return outer[0] - 1e-3 <= s[0] and s[1] <= outer[1] + 1e-3
+PYTHONPATH=$util $PY - "$TMP/tp/trace.json" "$TMP/summary-tp.json" <<'PY' || fail "trace of the tensor-parallel run"
+import sys
+import trace_util
+from trace_util import inside
+lanes, slices, summary = trace_util.load(sys.argv[1], sys.argv[2])
+trace_util.assert_nested(slices)
 sequences = []
 for pid in (0, 1):
     main, tp = slices["main", pid], slices["comm tp", pid]
