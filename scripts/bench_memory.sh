@@ -6,7 +6,8 @@
 # bytes of live host tensors (the counting CPU allocator) and tokens/s; from `hpctrain plan
 # --json`: the predicted tensor peak (memory.host.tensor_bytes: state + activations as a CPU holds them) and the predicted peak RSS
 # (memory.host.peak_rss_bytes: that plus glibc's heap slack plus the process base, measured
-# first as the peak RSS less the tensor peak of the same command with a one-layer width-8 gpt).
+# first as the peak RSS less the tensor peak of the same command with a one-layer width-8 gpt),
+# and how many ranks' peaks are within 10% of it.
 #   scripts/bench_memory.sh [config] [steps] [ranks...]   (default configs/gpt-small-tp2.yaml 2 2 4)
 # BENCH_OUT (default /tmp/hpctrain-bench-memory) keeps the runs; BENCH_REUSE=1 prints the table
 # of the runs already there (after a change to the plan) without training again.
@@ -67,7 +68,8 @@ out, name, ranks = sys.argv[1], sys.argv[2], sys.argv[3:]
 variants = ["plain", "sharded", "block", "sharded+block", "attention"]
 MiB = 2 ** 20
 print(f"{'config':14s} {'ranks':>5s} {'variant':14s} {'peak RSS':>9s} {'predicted':>9s} {'error':>6s} "
-      f"{'tensors':>8s} {'predicted':>9s} {'error':>6s} {'tokens/s':>8s} {'vs plain':>8s}")
+      f"{'in 10%':>6s} {'tensors':>8s} {'predicted':>9s} {'error':>6s} {'tokens/s':>8s} {'vs plain':>8s}")
+within = [0, 0]
 for np in ranks:
     plain_tps = None
     for v in variants:
@@ -76,12 +78,15 @@ for np in ranks:
         rss = max(ledger["peak_rss_bytes_per_rank"])
         tensors = max(ledger["peak_tensor_bytes_per_rank"])
         rss_pred = memory["host"]["peak_rss_bytes"]
+        close = sum(abs(rss_pred - r) <= 0.1 * r for r in ledger["peak_rss_bytes_per_rank"])
+        within = [within[0] + close, within[1] + len(ledger["peak_rss_bytes_per_rank"])]
         tensor_pred = memory["host"]["tensor_bytes"]
         tps = ledger["throughput"]["train_tokens_per_s"]
         plain_tps = plain_tps or tps
         print(f"{name:14s} {np:>5s} {v:14s} {rss / MiB:5.0f} MiB {rss_pred / MiB:5.0f} MiB "
-              f"{(rss_pred - rss) / rss * 100:+5.1f}% {tensors / MiB:4.0f} MiB {tensor_pred / MiB:5.0f} MiB "
+              f"{(rss_pred - rss) / rss * 100:+5.1f}% {close:>3d}/{np:<2s} {tensors / MiB:4.0f} MiB {tensor_pred / MiB:5.0f} MiB "
               f"{(tensor_pred - tensors) / tensors * 100:+5.1f}% {tps:8.0f} {tps / plain_tps:8.2f}")
     print(f"{'':14s} {np:>5s} process base {memory['host']['process_base_bytes'] / MiB:.0f} MiB, "
           f"heap slack {memory['host']['heap_slack_bytes'] / MiB:.0f} MiB ({v})")
+print(f"{within[0]} of {within[1]} ranks' peak RSS within 10% of the plan's")
 PY
