@@ -11,13 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=${1:-3}
 np=${2:-2}
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
-data=${DATA_DIR:-data/text}
-[[ -f $data/train.h5 ]] || "$bin" prepare text --in /usr/share/games/fortunes/*.u8 --out "$data"
-flags=(--oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# shellcheck source=scripts/bench_gpt_env.sh
+source scripts/bench_gpt_env.sh
 out=${BENCH_OUT:-/tmp/hpctrain-bench-heap-slack}
 mkdir -p "$out"
 # name: layers width heads seq_len batch dropout tied; "held" shapes are left out of the fit.

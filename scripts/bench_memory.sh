@@ -18,13 +18,8 @@ steps=${2:-2}
 shift $(($# > 2 ? 2 : $#)) || true
 ranks=("$@")
 ((${#ranks[@]})) || ranks=(2 4)
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
-data=${DATA_DIR:-data/text}
-[[ -f $data/train.h5 ]] || "$bin" prepare text --in /usr/share/games/fortunes/*.u8 --out "$data"
-flags=(--oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# shellcheck source=scripts/bench_gpt_env.sh
+source scripts/bench_gpt_env.sh
 out=${BENCH_OUT:-/tmp/hpctrain-bench-memory}
 name=$(basename "$config" .yaml)
 common=(--set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1
