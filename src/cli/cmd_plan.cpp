@@ -430,10 +430,10 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
   }
   t.row("total (state + this run's activations)", p.total_bytes, "B",
         str("(", format_bytes(p.total_bytes), ")"));
-  t.row(
-      "peak resident memory on a CPU host", p.host.peak_rss(), "B",
-      str("(", format_bytes(p.host.peak_rss()), ": + heap slack ", format_bytes(p.host.heap_slack),
-          " + process base ", format_bytes(p.host.process_base), ")"));
+  t.row("peak resident memory on a CPU host", p.host.peak_rss(), "B",
+        str("(", format_bytes(p.host.peak_rss()), ": + heap slack ",
+            format_bytes(p.host.heap_slack), " + process base ", format_bytes(p.host.process_base),
+            "; a typical rank: leave ~15% for the heap's scatter, docs/MEMORY.md)"));
   if (p.device_memory > 0) {
     t.row("device memory", p.device_memory, "B", str("(", format_bytes(p.device_memory), ")"));
     t.text("fits",
