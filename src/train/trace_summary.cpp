@@ -127,7 +127,8 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
     for (const auto& step : slices) {
       if (step.name != "step") continue;
       double compute = 0, data_wait = 0, exposed = 0;
-      std::vector<Interval> overlappable, computing;  // forward and backward; all compute
+      // forward and backward; all compute; the parameter-gather waits inside them
+      std::vector<Interval> overlappable, computing, gather_waits;
       for (const auto& s : slices) {
         if (s.span.first < step.span.first || s.span.second > step.span.second) continue;
         const double d = s.span.second - s.span.first;
@@ -143,6 +144,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
         if (s.name == "parameter gather wait") {
           compute -= d;
           exposed += d;
+          gather_waits.push_back(s.span);
         }
       }
       const std::vector<Interval> step_comm = clip(comm_busy, step.span);
@@ -153,8 +155,9 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
       compute -= tp_wait;
       exposed += tp_wait;
       // Gradient buckets hide behind backward, a sharded optimizer's parameter gather behind the
-      // next forward.
-      const double hidden = overlap(step_comm, subtract(merge(overlappable), tp_busy));
+      // next forward, except while forward stands waiting for it.
+      const double hidden =
+          overlap(step_comm, subtract(subtract(merge(overlappable), tp_busy), merge(gather_waits)));
       rows.push_back({{"step", step.step},
                       {"rank", rank},
                       {"step_ms", total / 1000},

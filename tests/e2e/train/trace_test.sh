@@ -86,7 +86,8 @@ done
 # step's forward, which waits there for each layer's buckets ("parameter gather wait" slices
 # inside forward); the summary counts those waits as exposed communication, not compute.
 expect_exit 0 "$TMP/train-sharded.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
-  --set "run.dir=$TMP/sharded" --set parallel.shard_optimizer=true
+  --set "run.dir=$TMP/sharded" --set parallel.shard_optimizer=true \
+  --set "model.hidden=[2048,2048]"  # gathers long enough for forward to wait while they run
 expect_exit 0 "$TMP/summary-sharded.json" "$HPCTRAIN_BIN" -q trace summary "$TMP/sharded" --json
 PYTHONPATH=$util $PY - "$TMP/sharded/trace.json" "$TMP/summary-sharded.json" <<'PY' || fail "trace of the sharded run"
 import sys
@@ -113,6 +114,15 @@ for pid in (0, 1):
         waited = sum(s[1] - s[0] for s in mine if s[2] == "parameter gather wait")
         assert abs((compute - waited) / 1000 - r["compute_ms"]) < 1e-6, (compute, waited, r)
         assert r["exposed_ms"] >= waited / 1000 - 1e-6, (waited, r)
+        # Hidden: dp communication behind forward and backward, less while forward waits for it.
+        ov = lambda a, b: max(0.0, min(a[1], b[1]) - max(a[0], b[0]))
+        comm = slices[("comm dp", pid)]  # the last update's gather runs into this step
+        behind = [s for s in mine if s[2] in ("forward", "backward")]
+        stalled = [w for w in mine if w[2] == "parameter gather wait" and
+                   any(inside(w, f) for f in behind)]
+        hidden = sum(ov(c, f) for c in comm for f in behind) - \
+            sum(ov(c, w) for c in comm for w in stalled)
+        assert abs(hidden / 1000 - r["hidden_ms"]) < 1e-3, (hidden, r)
         parts = r["compute_ms"] + r["exposed_ms"] + r["data_wait_ms"] + r["other_ms"]
         assert abs(parts - r["step_ms"]) < 1e-6, r
 print("sharded trace checks passed")
