@@ -80,7 +80,7 @@ void read_targets(const std::string& dir, const nlohmann::json& manifest,
     std::vector<std::string> datasets;
     for (TensorRecord* t : records) datasets.push_back(saved.at(t->name).at("dataset"));
     const auto layouts = h5::describe_datasets(path, datasets);
-    io::Fd fd = io::open_file(path, O_RDONLY);
+    io::Fd fd = io::open_regular(path);
     for (std::size_t i = 0; i < records.size(); ++i) {
       TensorRecord& t = *records[i];
       const nlohmann::json& s = saved.at(t.name);

@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::checkpoint::io {
@@ -75,6 +76,18 @@ Fd open_file(const std::string& path, int flags) {
   return Fd(fd);
 }
 
+void require_regular(const std::string& path) {
+  runtime::require_regular_file(
+      path, runtime::FileKind::kCheckpoint, "checkpoint file",
+      "a checkpoint holds regular files only: it was damaged or replaced; resume from another "
+      "checkpoint");
+}
+
+Fd open_regular(const std::string& path) {
+  require_regular(path);
+  return open_file(path, O_RDONLY);
+}
+
 void write_at(int fd, const void* data, std::size_t bytes, off_t offset, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
@@ -128,7 +141,7 @@ void sync_path(const std::string& path) {
 }
 
 std::string read_file(const std::string& path) {
-  Fd fd = open_file(path, O_RDONLY);
+  Fd fd = open_regular(path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) fail("stat of", path, errno);
   std::string content(static_cast<std::size_t>(st.st_size), '\0');

@@ -29,6 +29,12 @@ class Fd {
 
 /// Opens `path` with open(2) `flags` (mode 0644 when creating); throws naming `path`. Local.
 Fd open_file(const std::string& path, int flags);
+/// Opens an existing checkpoint file read-only after checking, without opening it, that it is a
+/// regular file (runtime::require_regular_file: a FIFO would block the open); throws
+/// CheckpointError naming `path`. Local.
+Fd open_regular(const std::string& path);
+/// Throws CheckpointError naming `path` unless it is a regular file; never opens it. Local.
+void require_regular(const std::string& path);
 /// Writes all `bytes` at `offset` (pwrite, retried on short writes and EINTR). Local.
 void write_at(int fd, const void* data, std::size_t bytes, off_t offset, const std::string& path);
 /// Reads exactly `bytes` at `offset`; throws if the file ends first. Local.

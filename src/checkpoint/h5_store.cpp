@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "file_io.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/data/hdf5_util.hpp"
@@ -221,6 +222,7 @@ std::vector<std::optional<DatasetLayout>> describe_datasets(
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string where = str("'", path, "'");
   std::vector<std::optional<DatasetLayout>> out;
+  io::require_regular(path);  // H5Fis_hdf5 opens the file: a FIFO would block it
   htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {
     H5Eclear2(H5E_DEFAULT);
@@ -272,6 +274,7 @@ void read_slab_hdf5(const std::string& path, const std::string& dataset_path, in
   auto hold = data::lock_hdf5();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string where = str("'", path, "', dataset ", dataset_path);
+  io::require_regular(path);
   Handle file(CKPT_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), where), H5Fclose);
   Handle dataset(CKPT_H5(H5Dopen2(file.get(), dataset_path.c_str(), H5P_DEFAULT), where), H5Dclose);
   Handle file_space(CKPT_H5(H5Dget_space(dataset.get()), where), H5Sclose);
@@ -296,6 +299,7 @@ torch::Tensor read_rng(const std::string& path, int row) {
   auto hold = data::lock_hdf5();
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string where = str("'", path, "', dataset /cpu");
+  io::require_regular(path);
   Handle file(CKPT_H5(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), where), H5Fclose);
   Handle dataset(CKPT_H5(H5Dopen2(file.get(), "cpu", H5P_DEFAULT), where), H5Dclose);
   Handle file_space(CKPT_H5(H5Dget_space(dataset.get()), where), H5Sclose);

@@ -11,6 +11,7 @@
 #include "file_io.hpp"
 #include "h5_store.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::checkpoint {
@@ -108,7 +109,7 @@ std::string xxh3_hex(const std::string& text) {
 
 FileDigest digest_file(const std::string& path, std::string& buffer) {
   if (buffer.size() < kDigestBuffer) buffer.resize(kDigestBuffer);
-  io::Fd fd = io::open_file(path, O_RDONLY);
+  io::Fd fd = io::open_regular(path);
   ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);
@@ -217,7 +218,7 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
 
 nlohmann::json read_manifest(const std::string& dir) {
   const std::string path = dir + "/" + kManifestFile;
-  if (::access(path.c_str(), F_OK) != 0) {
+  if (runtime::path_type(path) == runtime::PathType::kMissing) {
     throw CheckpointError(str("missing ", kManifestFile, " in '", dir,
                               "': not a complete checkpoint (a save that never committed writes "
                               "its manifest last); resume from another checkpoint"));

@@ -11,6 +11,7 @@
 #include "h5_store.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "slab_io.hpp"
 
@@ -22,13 +23,17 @@ std::string check_file(const std::string& dir, const std::string& name, const nl
                        std::string& buffer) {
   const std::string path = dir + "/" + name;
   const auto want_bytes = entry.at("bytes").get<std::uint64_t>();
+  const runtime::PathType type = runtime::path_type(path);
+  if (type == runtime::PathType::kMissing) {
+    return str(name, ": missing (the manifest lists it with ", want_bytes, " bytes)");
+  }
+  if (type != runtime::PathType::kRegular) {
+    return str(name, ": not a regular file (", runtime::path_type_name(type),
+               "; the manifest lists a file of ", want_bytes, " bytes): it was replaced");
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     return str(name, ": missing (the manifest lists it with ", want_bytes, " bytes)");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return str(name, ": not a regular file (the manifest lists a file of ", want_bytes,
-               " bytes): it was replaced");
   }
   if (static_cast<std::uint64_t>(st.st_size) != want_bytes) {
     return str(name, ": size ", st.st_size, " bytes but the manifest says ", want_bytes,
@@ -170,7 +175,8 @@ std::optional<std::string> read_latest(const std::string& run_dir) {
   const std::string path = checkpoints_dir(run_dir) + "/" + kLatestFile;
   struct stat st {};
   // Only a small regular file: reading a FIFO would block.
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > 4096) {
+  if (runtime::path_type(path) != runtime::PathType::kRegular || ::stat(path.c_str(), &st) != 0 ||
+      st.st_size > 4096) {
     return std::nullopt;
   }
   std::string text;
@@ -219,9 +225,12 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
     // Present but not a step_<N> name (garbage, a path such as ../../etc): say so, then scan.
     std::string text;
     try {
-      text = S_ISREG(latest_st.st_mode) && latest_st.st_size <= 4096
+      const runtime::PathType type = runtime::path_type(latest_path);
+      text = type == runtime::PathType::kRegular && latest_st.st_size <= 4096
                  ? io::read_file(latest_path)
-                 : std::string("(not a small file)");
+             : type == runtime::PathType::kRegular
+                 ? std::string("(not a small file)")
+                 : str("(", runtime::path_type_name(type), ", not a regular file)");
     } catch (const CheckpointError& e) {
       text = e.what();
     }

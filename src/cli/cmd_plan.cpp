@@ -20,6 +20,7 @@
 #include "hpctrain/plan/size_arguments.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/train_config.hpp"
@@ -232,6 +233,9 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
 
 LedgerCalibration load_calibration(const std::string& run_dir) {
   const std::string path = (std::filesystem::path(run_dir) / "ledger.json").string();
+  runtime::require_regular_file_if_present(
+      path, runtime::FileKind::kConfig, str("--calibrate ", run_dir, ":"),
+      "give the run directory of a finished hpctrain train run");
   std::ifstream file(path);
   if (!file) {
     throw ConfigError(str("--calibrate ", run_dir, ": cannot read ", path,
@@ -372,6 +376,7 @@ void add_plan_rows(Table& t, const ComputePlan& p) {
 // RUN_DIR/eval) that has the float32 evaluation beside it.
 nlohmann::json measured_int8_speedup(const std::string& run_dir) {
   const std::string path = run_dir + "/eval/results.jsonl";
+  if (runtime::path_type(path) != runtime::PathType::kRegular) return nullptr;  // FIFO: would block
   std::ifstream in(path);
   nlohmann::json found;
   std::string line;

@@ -14,6 +14,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/train_config.hpp"
@@ -41,7 +42,10 @@ std::int64_t checkpoint_global_batch(const std::string& run_dir, const std::stri
     dir = std::filesystem::is_directory(resume) ? resume : run_dir + "/checkpoints/" + resume;
   }
   if (!dir) return 0;
-  std::ifstream in(*dir + "/" + checkpoint::kManifestFile);
+  // Not a regular file (a FIFO would block the open): the trainer's verification reports it.
+  const std::string manifest_path = *dir + "/" + checkpoint::kManifestFile;
+  if (runtime::path_type(manifest_path) != runtime::PathType::kRegular) return 0;
+  std::ifstream in(manifest_path);
   if (!in) return 0;
   auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object()) return 0;

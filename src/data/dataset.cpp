@@ -13,6 +13,7 @@
 #include "dataset_internal.hpp"
 #include "hpctrain/data/hdf5_lock.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data {
@@ -237,18 +238,14 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
     throw DataError(str(label, " does not exist: ", fix_path,
                         ", or create it with `hpctrain prepare` (see docs/DATA.md)"));
   }
-  if (S_ISDIR(st.st_mode)) {
+  const runtime::PathType type = runtime::path_type(path);
+  if (type == runtime::PathType::kDirectory) {
     throw DataError(str(label, " is a directory, expected an HDF5 file such as ", path,
                         "/train.h5: ", fix_path));
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (type != runtime::PathType::kRegular) {
     // Opening a FIFO blocks until a writer appears, and a device or socket is no dataset.
-    throw DataError(str(label, " is not a regular file (",
-                        S_ISFIFO(st.st_mode)   ? "a FIFO"
-                        : S_ISCHR(st.st_mode)  ? "a character device"
-                        : S_ISBLK(st.st_mode)  ? "a block device"
-                        : S_ISSOCK(st.st_mode) ? "a socket"
-                                               : "not a file",
+    throw DataError(str(label, " is not a regular file (", runtime::path_type_name(type),
                         "): a dataset is an HDF5 file; ", fix_path));
   }
   if (::access(path.c_str(), R_OK) != 0) {

@@ -6,18 +6,16 @@
 #include <cstdio>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data {
 namespace {
 
 std::vector<std::uint8_t> read_all(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw DataError(str("IDX file '", path,
-                        "' does not exist: pass the directory that holds the "
-                        "Fashion-MNIST files with --from, or install dataset-fashion-mnist"));
-  }
+  runtime::require_regular_file(path, runtime::FileKind::kData, "IDX file",
+                                "pass the directory that holds the Fashion-MNIST files with "
+                                "--from, or install dataset-fashion-mnist");
   gzFile in = gzopen(path.c_str(), "rb");
   if (!in) throw DataError(str("IDX file '", path, "' cannot be opened for reading"));
   std::vector<std::uint8_t> bytes;

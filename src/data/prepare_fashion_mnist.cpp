@@ -11,6 +11,7 @@
 #include "hpctrain/data/idx_file.hpp"
 #include "hpctrain/data/prepare.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data {
@@ -21,8 +22,7 @@ constexpr std::int64_t kClasses = 10;
 constexpr std::int64_t kSide = 28;
 
 bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return runtime::path_type(path) == runtime::PathType::kRegular;
 }
 
 // "train-images-idx3-ubyte" -> the .gz file, else the uncompressed one, else the .gz name (so the

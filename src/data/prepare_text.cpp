@@ -10,6 +10,7 @@
 #include "hpctrain/data/dataset_writer.hpp"
 #include "hpctrain/data/prepare.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data {
@@ -56,13 +57,9 @@ std::int64_t first_invalid_utf8(const std::string& text) {
 }
 
 std::string read_text(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    throw DataError(str("text file '", path, "' does not exist: check the --in paths"));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    throw DataError(str("text file '", path, "' is not a regular file: pass text files only"));
-  }
+  const bool missing = runtime::path_type(path) == runtime::PathType::kMissing;
+  runtime::require_regular_file(path, runtime::FileKind::kData, "text file",
+                                missing ? "check the --in paths" : "pass text files only");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(str("text file '", path, "' cannot be opened for reading"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

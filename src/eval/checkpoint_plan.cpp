@@ -11,6 +11,7 @@
 #include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::eval::detail {
@@ -71,8 +72,8 @@ CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
 
 const Planner::Digest& Planner::digest(const std::string& path, const std::string& key) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    throw DataError(str(key, " = ", path, " does not exist or is not a file",
+  if (runtime::path_type(path) != runtime::PathType::kRegular || ::stat(path.c_str(), &st) != 0) {
+    throw DataError(str(key, " = ", path, " does not exist or is not a regular file",
                         key == "--data" ? std::string(": check the path")
                                         : std::string(": run from the directory the training ran "
                                                       "in (relative paths), or pass --data FILE")));
@@ -233,6 +234,9 @@ namespace hpctrain::eval::detail {
 
 nlohmann::json training_cost(const std::string& run_dir, std::int64_t step,
                              std::int64_t world_size) {
+  // Only a regular file (a FIFO would block the open); the cost is optional, so anything else is
+  // skipped.
+  if (runtime::path_type(run_dir + "/metrics.jsonl") != runtime::PathType::kRegular) return nullptr;
   std::ifstream in(run_dir + "/metrics.jsonl");
   if (!in) return nullptr;
   double wall = 0;

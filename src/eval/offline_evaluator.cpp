@@ -338,7 +338,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   for (auto& [k, v] : extra.items()) record[k] = v;
   record["key"] = plan.key.to_json();
 
-  std::string problem;
+  nlohmann::json problem;  // null: the result was written
   if (is_rank0()) {
     try {
       const nlohmann::json best =
@@ -350,11 +350,15 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
       if (!compression_warning.empty()) log::warn(compression_warning);
       tensorboard(run_dir, plan.key, result);
     } catch (const Error& e) {
-      problem = e.what();
+      // Its exit code travels with it: a FIFO in the results directory is exit 2, like the
+      // other files in the way.
+      problem = {{"message", e.what()}, {"code", e.exit_code()}};
     }
   }
-  problem = decide(problem);
-  if (!problem.empty()) throw Error(problem);
+  problem = nlohmann::json::parse(decide(problem.dump()));
+  if (problem.is_object()) {
+    throw Error(problem.at("message").get<std::string>(), problem.at("code").get<int>());
+  }
   return Outcome::kEvaluated;
 }
 

@@ -13,6 +13,7 @@
 
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::eval {
@@ -59,7 +60,17 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+// False when `path` does not exist yet; throws (exit 2) when it is a FIFO, a directory or a
+// device: reading or appending to a FIFO would block.
+bool results_file_present(const std::string& path) {
+  return runtime::require_regular_file_if_present(
+      path, runtime::FileKind::kConfig, "results file",
+      "the results directory (--results DIR, or the run's eval/) holds regular files only: "
+      "remove it or pass another --results");
+}
+
 std::optional<nlohmann::json> read_json(const std::string& path) {
+  if (!results_file_present(path)) return std::nullopt;
   std::ifstream in(path);
   if (!in) return std::nullopt;
   try {
@@ -98,6 +109,7 @@ std::string ResultStore::step_file(std::int64_t step, const std::string& tag) co
 }
 
 bool ResultStore::line_present(const nlohmann::json& key_json) const {
+  if (!results_file_present(results_file())) return false;
   std::ifstream in(results_file());
   std::string line;
   while (std::getline(in, line)) {
@@ -113,6 +125,7 @@ bool ResultStore::line_present(const nlohmann::json& key_json) const {
 
 void ResultStore::append_line(const std::string& line) {
   const std::string path = results_file();
+  results_file_present(path);
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) fail_io("open", path);
   // A line cut short by a crash (no final newline) stays on its own line, unreadable and
@@ -177,6 +190,7 @@ nlohmann::json ResultStore::write(const EvalKey& key, const nlohmann::ordered_js
 std::vector<nlohmann::json> ResultStore::family_records(const EvalKey& key) const {
   const nlohmann::json family = key.family();
   std::map<std::int64_t, nlohmann::json> by_step;
+  if (!results_file_present(results_file())) return {};
   std::ifstream in(results_file());
   std::string line;
   while (std::getline(in, line)) {

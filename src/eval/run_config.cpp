@@ -1,13 +1,12 @@
 #include "hpctrain/eval/run_config.hpp"
 
-#include <sys/stat.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::eval {
@@ -37,12 +36,12 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
 std::string RunConfig::read_text(const std::string& checkpoint_dir, const std::string& run_dir,
                                  std::string& origin) {
   for (const std::string& path : {checkpoint_dir + "/config.yaml", run_dir + "/config.yaml"}) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode)) {
-      // A FIFO would block the open.
-      throw ConfigError(str(path, " is not a regular file: the model cannot be rebuilt from it"));
-    }
+    // The checkpoint's own config is part of the checkpoint (exit 4); the run's is a config.
+    const bool in_checkpoint = path.rfind(checkpoint_dir + "/", 0) == 0;
+    if (!runtime::require_regular_file_if_present(
+            path, in_checkpoint ? runtime::FileKind::kCheckpoint : runtime::FileKind::kConfig,
+            "config file", "the model cannot be rebuilt from it"))
+      continue;
     std::ifstream in(path);
     if (!in) continue;
     std::ostringstream text;

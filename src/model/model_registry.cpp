@@ -9,6 +9,7 @@
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
@@ -83,10 +84,14 @@ void register_model(const std::string& name, ModelFactory factory) {
 void load_plugin(const std::string& path, const std::string& key) {
   std::lock_guard<std::mutex> lock(plugin_mutex());
   static std::set<std::string> loaded;
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
+  // stat(2) only: dlopen of a FIFO would block in open(2).
+  const runtime::PathType type = runtime::path_type(path);
+  if (type != runtime::PathType::kRegular) {
     throw ConfigError(str(key, " = ", path,
-                          ": no such file: build the plugin (a shared library of models, see "
+                          type == runtime::PathType::kMissing
+                              ? std::string(": no such file")
+                              : str(" is not a regular file (", runtime::path_type_name(type), ")"),
+                          ": build the plugin (a shared library of models, see "
                           "docs/MODELS.md) and pass its path"));
   }
   const std::string canonical = std::filesystem::canonical(path).string();

@@ -16,6 +16,7 @@
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
@@ -117,21 +118,24 @@ TorchScriptOptions read_torchscript_options(ConfigSection& section, int tp_size)
                              "module it did not build across ranks); parallel.tp = ",
                              tp_size, ": set parallel.tp=1"));
   }
-  std::error_code ec;
-  const auto status = std::filesystem::status(o.file, ec);
-  if (!std::filesystem::exists(status)) {
+  // stat(2) only: torch::jit::load of a FIFO would block in open(2).
+  const runtime::PathType type = runtime::path_type(o.file);
+  if (type == runtime::PathType::kMissing) {
     section.fail("file",
                  "no such file: check the path (relative paths are taken from the "
                  "working directory)");
   }
-  if (!std::filesystem::is_regular_file(status)) {
-    section.fail("file", "is not a regular file: point model.file at the saved module (.pt)");
+  if (type != runtime::PathType::kRegular) {
+    section.fail("file", str("is not a regular file (", runtime::path_type_name(type),
+                             "): point model.file at the saved module (.pt)"));
   }
   return o;
 }
 
 TorchScriptModel::TorchScriptModel(const TorchScriptOptions& options) : options_(options) {
   const std::string where = str("model.file = ", options_.file);
+  runtime::require_regular_file(options_.file, runtime::FileKind::kConfig, "model.file",
+                                "point model.file at the saved module (.pt)");
   try {
     module_ = torch::jit::load(options_.file, torch::kCPU);
   } catch (const c10::Error& e) {

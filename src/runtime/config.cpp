@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain {
@@ -155,13 +156,9 @@ Config Config::parse(const std::string& text, const std::string& origin) {
 }
 
 Config Config::load(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    // Opening a FIFO would block until something writes to it.
-    throw ConfigError(str("config file '", clip(path), "' is not a regular file",
-                          S_ISDIR(st.st_mode) ? " (a directory)" : "",
-                          ": pass a YAML file (configs/ holds the shipped configs)"));
-  }
+  // Opening a FIFO would block until something writes to it.
+  runtime::require_regular_file_if_present(path, runtime::FileKind::kConfig, "config file",
+                                           "pass a YAML file (configs/ holds the shipped configs)");
   std::ifstream in(path);
   if (!in) {
     throw ConfigError(str("config file '", path,

@@ -10,6 +10,7 @@
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/tensorboard_writer.hpp"
 
@@ -30,10 +31,18 @@ bool output_is_terminal() {
   return name.rfind("/dev/pts/", 0) == 0 || name.rfind("/dev/tty", 0) == 0;
 }
 
+// metrics.jsonl present (true), absent (false), or refused (a FIFO, a directory: exit 2).
+bool require_metrics_file(const std::string& path) {
+  return runtime::require_regular_file_if_present(
+      path, runtime::FileKind::kConfig, "run.dir's metrics file",
+      "a run directory holds regular files only: remove it, or use another run.dir");
+}
+
 // Keeps the records of `path` up to `resume_step` and moves those of later steps (a killed run
 // went on past the checkpoint that is being resumed) to `path`.superseded; the kept ones are
 // written to a temporary file renamed over `path`, so a crash leaves the old or the new file.
 void drop_records_after(const std::string& path, std::int64_t resume_step) {
+  if (!require_metrics_file(path)) return;
   std::ifstream in(path);
   if (!in) return;
   std::string kept, dropped;
@@ -87,6 +96,7 @@ RunLog::RunLog(bool active, const std::string& run_dir, ProgressMode mode, std::
   } else if (resume_step > 0) {
     drop_records_after(path, resume_step);
   }
+  require_metrics_file(path);  // opening a FIFO to append would block
   metrics_.open(path, std::ios::app);
   if (!metrics_) {
     throw Error(str("cannot open ", path, " for appending: check that run.dir is writable"));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -19,10 +20,16 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+constexpr const char* kRunFileFix =
+    "a run directory holds regular files only (a FIFO would block the read): remove it";
+
 // Lines of a JSON-lines file that parse as objects; a line being written (a run in progress, a
 // killed one) does not parse and is skipped.
 std::vector<Json> read_jsonl(const std::string& path) {
   std::vector<Json> out;
+  if (!runtime::require_regular_file_if_present(path, runtime::FileKind::kConfig, "run file",
+                                                kRunFileFix))
+    return out;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
     Json j = Json::parse(line, nullptr, false);
@@ -32,6 +39,9 @@ std::vector<Json> read_jsonl(const std::string& path) {
 }
 
 std::string read_text(const std::string& path) {
+  if (!runtime::require_regular_file_if_present(path, runtime::FileKind::kConfig, "run file",
+                                                kRunFileFix))
+    return {};
   std::ifstream in(path);
   std::ostringstream s;
   s << in.rdbuf();

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -81,6 +82,8 @@ struct Slice {
 
 nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
   const std::string path = run_dir + "/trace.json";
+  runtime::require_regular_file_if_present(path, runtime::FileKind::kConfig, "trace file",
+                                           "trace the run again (a FIFO would block the read)");
   std::ifstream in(path);
   if (!in) {
     throw ConfigError(str(path,

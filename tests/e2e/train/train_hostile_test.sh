@@ -112,12 +112,16 @@ assert steps == list(range(5, 45, 5)), f"train records of steps {steps}"
 PY
 [[ -s $TMP/metrics/metrics.jsonl.superseded ]] || fail "the dropped records were not kept aside"
 
-# A stop signal while blocked before the step loop (metrics.jsonl is a FIFO: opening it for
-# writing blocks): the process ends at once with 75, instead of running on past the signal.
+# A stop signal while blocked in a system call before the step loop: the process ends at once
+# with 75, instead of running on past the signal. hpctrain refuses FIFOs in its own files, so a
+# plugin whose constructor opens one (open(2) blocks until a writer appears) does the blocking.
 mkdir -p "$TMP/blocked"
-mkfifo "$TMP/blocked/metrics.jsonl"
-timeout --preserve-status -k 20 -s TERM 8 "$HPCTRAIN_BIN" train "${common[@]}" \
-  --set "run.dir=$TMP/blocked" >"$TMP/blocked.txt" 2>&1
+mkfifo "$TMP/blocked/fifo"
+printf '#include <fcntl.h>\n__attribute__((constructor)) static void block(void) { open("%s", O_RDONLY); }\n' \
+  "$TMP/blocked/fifo" >"$TMP/blocked/block.c"
+cc -shared -fPIC -o "$TMP/blocked/libblock.so" "$TMP/blocked/block.c" || fail "cannot build the blocking plugin"
+timeout --preserve-status -k 20 -s TERM 8 "$HPCTRAIN_BIN" --plugin "$TMP/blocked/libblock.so" train \
+  "${common[@]}" --set "run.dir=$TMP/blocked" >"$TMP/blocked.txt" 2>&1
 got=$?
 [[ $got == 75 ]] || fail "SIGTERM while blocked before the loop: exit $got, expected 75"
 expect_grep "SIGTERM received outside the training step loop: nothing to save, exiting now with 75" "$TMP/blocked.txt"
