@@ -299,11 +299,37 @@ template <typename T>
 T ConfigSection::get(const std::string& key, const T& fallback) {
   known_->insert(full_key(key));
   YAML::Node value = node_[key];
+  constexpr bool kNumber = std::is_arithmetic_v<T>;  // bool, integers, floating point
+  if (value.IsDefined() && value.IsNull() && kNumber) {
+    // `eval.batch_size: ~` (or an empty value) is a mistake, not "the default": say so.
+    throw ConfigError(str(full_key(key), " = null: expected ", type_name<T>(),
+                          " (remove the key to use the default)"));
+  }
   if (!value.IsDefined() || value.IsNull()) {
     node_[key] = fallback;  // the resolved config shows every default in effect
     return fallback;
   }
   try {
+    if constexpr (kNumber) {
+      // An explicit YAML tag of another type (`!!float 3`, `!!str 3`) is that type, whatever its
+      // text: an integer key given a float, even a whole one, is refused. "?" (a plain scalar) and
+      // "!" (a quoted one) carry no type of their own.
+      const std::string& tag = value.Tag();
+      const bool plain = tag.empty() || tag == "?" || tag == "!";
+      const bool integer_tag = tag == "tag:yaml.org,2002:int";
+      const bool float_tag = tag == "tag:yaml.org,2002:float";
+      const bool bool_tag = tag == "tag:yaml.org,2002:bool";
+      const bool ok = plain || (std::is_same_v<T, bool>       ? bool_tag
+                                : std::is_floating_point_v<T> ? integer_tag || float_tag
+                                                              : integer_tag);
+      if (!ok) {
+        const std::string core = "tag:yaml.org,2002:";
+        const std::string shown = tag.rfind(core, 0) == 0 ? "!!" + tag.substr(core.size()) : tag;
+        throw ConfigError(str(full_key(key), " = ", clip(shown), " ", describe(value),
+                              ": expected ", type_name<T>(), " (drop the ", clip(shown),
+                              " tag, or give ", type_name<T>(), ")"));
+      }
+    }
     if constexpr (std::is_same_v<T, bool>) {
       // yaml-cpp accepts y/n/on/off too; insist on true/false so typos do not slip through.
       const std::string& s = value.Scalar();

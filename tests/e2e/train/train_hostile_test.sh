@@ -40,6 +40,17 @@ expect_exit 2 "$TMP/dupsec.txt" "$HPCTRAIN_BIN" train -c "$TMP/dupsec.yaml" --se
 expect_grep "section 'optim' is given twice, at line 1 and at line 5" "$TMP/dupsec.txt"
 [[ ! -e $TMP/dup ]] || fail "a config with duplicate keys created the run directory"
 
+# Values of the wrong YAML type (issue 32): a float (even a whole one) or null for an integer key.
+expect_exit 2 "$TMP/float-int.txt" "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/types" \
+  --set 'checkpoint.every_steps=!!float 3'
+expect_grep "checkpoint.every_steps = !!float '3': expected an integer" "$TMP/float-int.txt"
+sed 's/^  batch_size: 500$/  batch_size: ~/' "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" >"$TMP/null.yaml"
+grep -q 'batch_size: ~' "$TMP/null.yaml" || fail "tiny-mlp.yaml has no eval.batch_size: 500 to replace"
+expect_exit 2 "$TMP/null.txt" "$HPCTRAIN_BIN" train -c "$TMP/null.yaml" --set "data.train=$data/train.h5" \
+  --set "data.val=$data/test.h5" --set "run.dir=$TMP/types"
+expect_grep "eval.batch_size = null: expected an integer" "$TMP/null.txt"
+[[ ! -e $TMP/types ]] || fail "a config with a value of the wrong type created the run directory"
+
 # A 100 KB --set value (the kernel caps one argument at 128 KiB): the error names the key, and
 # the line stays short.
 big=$(head -c 100000 /dev/zero | tr '\0' x)

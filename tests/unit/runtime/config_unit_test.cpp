@@ -67,6 +67,37 @@ TEST(Config, WrongTypesNameTheKey) {
   EXPECT_NE(m.find("must be one of a, b"), std::string::npos) << m;
 }
 
+// Issue 32: an explicit YAML tag or null is a value of that type, not the default.
+TEST(Config, TaggedAndNullValuesOfTheWrongTypeNameTheKey) {
+  Config c = Config::parse(
+      "checkpoint:\n  every_steps: !!float 3\n  keep: !!int 2\n  every_minutes: !!int 5\n"
+      "eval:\n  batch_size: ~\n  max_samples:\n  patience: !!str 3\n  shuffle: !!bool true\n"
+      "optim:\n  lr: !!str 0.1\n  name: ~\n",
+      "t.yaml");
+  auto checkpoint = c.section("checkpoint");
+  std::string m = error_of([&] { checkpoint.get<std::int64_t>("every_steps", 0); });
+  EXPECT_NE(m.find("checkpoint.every_steps = !!float '3': expected an integer"), std::string::npos)
+      << m;
+  EXPECT_EQ(checkpoint.get<int>("keep", 0), 2);                     // !!int is an integer
+  EXPECT_DOUBLE_EQ(checkpoint.get<double>("every_minutes", 0), 5);  // and a number
+  auto eval = c.section("eval");
+  m = error_of([&] { eval.get<std::int64_t>("batch_size", 500); });
+  EXPECT_NE(m.find("eval.batch_size = null: expected an integer"), std::string::npos) << m;
+  m = error_of([&] { eval.get<std::int64_t>("max_samples", 0); });  // an empty value is null
+  EXPECT_NE(m.find("eval.max_samples = null: expected an integer"), std::string::npos) << m;
+  m = error_of([&] { eval.get<int>("patience", 0); });
+  EXPECT_NE(m.find("eval.patience = !!str '3': expected an integer"), std::string::npos) << m;
+  EXPECT_TRUE(eval.get<bool>("shuffle", false));
+  auto optim = c.section("optim");
+  m = error_of([&] { optim.get<double>("lr", 0.1); });
+  EXPECT_NE(m.find("optim.lr = !!str '0.1': expected a number"), std::string::npos) << m;
+  EXPECT_EQ(optim.get<std::string>("name", "adam"), "adam");  // a string key: null is the default
+  // Quoted numbers and plain ones are still numbers.
+  Config q = Config::parse("data:\n  batch_size: '32'\n  prefetch: 2\n", "q.yaml");
+  EXPECT_EQ(q.section("data").get<int>("batch_size", 0), 32);
+  EXPECT_EQ(q.section("data").get<int>("prefetch", 0), 2);
+}
+
 TEST(Config, SyntaxErrorsGiveTheLine) {
   std::string m = error_of([] { Config::parse("optim:\n  lr: [1, 2\nrun: {}\n", "bad.yaml"); });
   EXPECT_NE(m.find("bad.yaml: YAML syntax error at line"), std::string::npos) << m;
