@@ -189,6 +189,7 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
   if (n == 0)
     throw DataError(
         str(where_inputs, ": holds no samples (shape ", h5::shape_string(input_dims), ")"));
+  require_sample_values(where_inputs, input_dims);
 
   DatasetInfo info;
   info.path = path;

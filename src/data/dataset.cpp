@@ -64,6 +64,16 @@ std::string root_objects(hid_t file) {
 
 }  // namespace
 
+void require_sample_values(const std::string& where, const std::vector<std::int64_t>& dims) {
+  for (std::size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i] != 0) continue;
+    const std::vector<std::int64_t> sample(dims.begin() + 1, dims.end());
+    throw DataError(str(where, ": shape ", h5::shape_string(dims), ": each sample (shape ",
+                        h5::shape_string(sample), ") holds no values (dimension ", i,
+                        " is 0): write the samples with their real shape (docs/DATA.md)"));
+  }
+}
+
 std::string file_label(const std::string& path, const std::string& config_key) {
   return str(config_key.empty() ? "data" : config_key, " file '", clip(path), "'");
 }

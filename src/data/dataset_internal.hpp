@@ -18,6 +18,11 @@ constexpr std::int64_t kSchemaVersion = 1;
 /// "data.train file '/p/train.h5'" or "data file '/p/train.h5'". Local.
 std::string file_label(const std::string& path, const std::string& config_key);
 
+/// Throws DataError naming `where` (file and dataset) and its shape when a sample of a dataset of
+/// shape `dims` (N x sample dims) holds no values (a zero sample dimension): nothing could be
+/// learnt from it, and reductions over it fail. Local.
+void require_sample_values(const std::string& where, const std::vector<std::int64_t>& dims);
+
 /// A run of consecutive sample indices [start, start + count).
 struct Run {
   std::int64_t start = 0;

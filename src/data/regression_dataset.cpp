@@ -143,6 +143,8 @@ std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& pat
                         " samples: every sample needs exactly one target row"));
   }
   if (n == 0) throw DataError(str(where_inputs, ": holds no samples"));
+  require_sample_values(where_inputs, input_dims);
+  require_sample_values(where_targets, target_dims);
   DatasetInfo info;
   info.path = path;
   info.kind = DatasetKind::kRegression;

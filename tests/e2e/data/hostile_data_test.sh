@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile data files (issue 18): a FIFO or a device as a data file is refused at once (it would
+# Hostile data files (issues 18, 32): a FIFO or a device as a data file is refused at once (it would
 # block the open forever), uint64 labels above 2^63-1 and labels or num_classes far beyond any
 # class count are exit 3 with the file, dataset and value named, and `inspect data` never
 # allocates by a count it read from the file (no std::bad_alloc, no "vector larger than
@@ -55,4 +55,32 @@ expect_grep "^labels    0:1 1:1 2:1 3:1" "$TMP/ok.txt"
 expect_exit 3 "$TMP/u64-train.txt" mpirun_np 2 "$HPCTRAIN_BIN" bench data \
   --file "$f/u64_huge.h5" --batch 2 --steps 1 --warmup 0
 expect_grep "or beyond: an unsigned label above 2\^63-1" "$TMP/u64-train.txt"
+
+# Samples of zero values (issue 32): a zero sample dimension is exit 3 naming the dataset and
+# its shape, in inspect and in training (before: LibTorch's "min(): Expected reduction dim",
+# exit 1, and training advised "set model.in_features = 0").
+$PY - "$f" <<'PY'
+import sys, h5py, numpy as np
+d = sys.argv[1]
+for name, shape in [("zero_width.h5", (3000, 0)), ("zero_height.h5", (3000, 1, 0, 28))]:
+    with h5py.File(f"{d}/{name}", "w") as h:
+        h.create_dataset("inputs", data=np.zeros(shape, np.float32))
+        h.create_dataset("labels", data=np.zeros(shape[0], np.int64))
+with h5py.File(f"{d}/zero_targets.h5", "w") as h:
+    h.create_dataset("inputs", data=np.zeros((100, 4), np.float32))
+    h.create_dataset("targets", data=np.zeros((100, 0), np.float32))
+PY
+expect_exit 3 "$TMP/zw.txt" timeout 30 "$HPCTRAIN_BIN" inspect data "$f/zero_width.h5"
+expect_grep "zero_width.h5', dataset /inputs: shape \(3000, 0\): each sample \(shape \(0,\)\) holds no values" "$TMP/zw.txt"
+expect_exit 3 "$TMP/zh.txt" timeout 30 "$HPCTRAIN_BIN" inspect data "$f/zero_height.h5"
+expect_grep "dataset /inputs: shape \(3000, 1, 0, 28\): each sample \(shape \(1, 0, 28\)\) holds no values \(dimension 2 is 0\)" "$TMP/zh.txt"
+expect_exit 3 "$TMP/zt.txt" timeout 30 "$HPCTRAIN_BIN" inspect data "$f/zero_targets.h5"
+expect_grep "dataset /targets: shape \(100, 0\): each sample" "$TMP/zt.txt"
+expect_exit 3 "$TMP/zw-train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
+  -c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$f/zero_width.h5" \
+  --set "data.val=$f/zero_width.h5" --set "run.dir=$TMP/zw-run"
+expect_grep "data.train file '$f/zero_width.h5', dataset /inputs: shape \(3000, 0\)" "$TMP/zw-train.txt"
+for log in "$TMP"/zw.txt "$TMP"/zh.txt "$TMP"/zt.txt "$TMP"/zw-train.txt; do
+  grep -Eq "unexpected failure|in_features = 0" "$log" && fail "$log: $(grep -Em1 "unexpected failure|in_features = 0" "$log")"
+done
 finish
