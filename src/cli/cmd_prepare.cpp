@@ -1,5 +1,6 @@
-// hpctrain prepare fashion-mnist | text: converts public data into dataset files (docs/DATA.md).
-// Under mpirun only world rank 0 writes; the others wait for it without a watched collective.
+// hpctrain prepare fashion-mnist | text | tokens | numpy: converts data into dataset files
+// (docs/DATA.md). Under mpirun, fashion-mnist and text run on world rank 0 while the others wait
+// for it without a watched collective; tokens and numpy split their output files over the ranks.
 
 #include <chrono>
 #include <thread>
@@ -8,6 +9,7 @@
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/prepare.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -22,6 +24,8 @@ struct PrepareOptions {
   double val_fraction = 0.1;
 };
 PrepareOptions g_prep;
+data::TokenPrepareOptions g_tokens;
+data::NumpyPrepareOptions g_numpy;
 
 std::string command_line(const std::string& name, const std::vector<std::string>& args) {
   std::string line = str("hpctrain ", HPCTRAIN_VERSION, ": hpctrain prepare ", name);
@@ -40,6 +44,74 @@ int run_on_rank0(CommandContext& ctx,
   }
   if (rt.world_size() > 1) comm::ControlPlane(rt.world(), "world").broadcast_idle("done");
   return 0;
+}
+
+// Every rank writes its share; then the ranks agree: the first rank's error (a token outside the
+// vocabulary found by whichever rank read it) ends every rank with the same message and code.
+int run_on_every_rank(CommandContext& ctx,
+                      const std::function<std::vector<data::PreparedFile>(int, int)>& work) {
+  auto& rt = ctx.runtime;
+  std::vector<data::PreparedFile> written;
+  std::string problem;
+  int code = 0;
+  try {
+    written = work(rt.world_rank(), rt.world_size());
+  } catch (const Error& e) {
+    if (rt.world_size() == 1) throw;
+    problem = e.what();
+    code = e.exit_code();
+  }
+  if (rt.world_size() > 1) {
+    comm::ControlPlane world(rt.world(), "world");
+    if (auto first = world.first_problem(problem)) {
+      const std::int64_t worst =
+          world.reduce(static_cast<std::int64_t>(code), comm::ReduceOp::kMax);
+      const std::string message =
+          first->first == 0 ? first->second : str(first->second, " (rank ", first->first, ")");
+      if (worst == kExitUsage) throw AgreedConfigError(message);
+      throw AgreedDataError(message);
+    }
+    const std::int64_t files =
+        world.reduce(static_cast<std::int64_t>(written.size()), comm::ReduceOp::kSum);
+    for (const auto& file : written) log::info(str("wrote ", file.path, ": ", file.what));
+    log::info(str(files, " files written by ", rt.world_size(), " ranks"));
+    return 0;
+  }
+  for (const auto& file : written) log::info(str("wrote ", file.path, ": ", file.what));
+  return 0;
+}
+
+int run_tokens(CommandContext& ctx) {
+  return run_on_every_rank(ctx, [](int rank, int ranks) {
+    std::vector<std::string> args(g_tokens.inputs);
+    args.insert(args.end(), {"--out", g_tokens.out_dir, "--vocab", str(g_tokens.vocab), "--format",
+                             g_tokens.format});
+    if (!g_tokens.dtype.empty()) args.insert(args.end(), {"--dtype", g_tokens.dtype});
+    if (g_tokens.shard_size > 0)
+      args.insert(args.end(), {"--shard-size", str(g_tokens.shard_size)});
+    args.insert(args.end(), {"--val-fraction", str(g_tokens.val_fraction)});
+    data::TokenPrepareOptions o = g_tokens;
+    o.created_by = command_line("tokens", args);
+    o.rank = rank;
+    o.ranks = ranks;
+    return data::prepare_tokens(o);
+  });
+}
+
+int run_numpy(CommandContext& ctx) {
+  return run_on_every_rank(ctx, [](int rank, int ranks) {
+    std::vector<std::string> args{"--inputs", g_numpy.inputs};
+    if (!g_numpy.labels.empty()) args.insert(args.end(), {"--labels", g_numpy.labels});
+    if (!g_numpy.targets.empty()) args.insert(args.end(), {"--targets", g_numpy.targets});
+    args.insert(args.end(),
+                {"--out", g_numpy.out_dir, "--val-fraction", str(g_numpy.val_fraction)});
+    if (g_numpy.shard_size > 0) args.insert(args.end(), {"--shard-size", str(g_numpy.shard_size)});
+    data::NumpyPrepareOptions o = g_numpy;
+    o.created_by = command_line("numpy", args);
+    o.rank = rank;
+    o.ranks = ranks;
+    return data::prepare_numpy(o);
+  });
 }
 
 int run_fashion_mnist(CommandContext& ctx) {
@@ -85,6 +157,47 @@ CommandRegistration text(
           ->capture_default_str();
     },
     run_text, runtime::Runtime::Start::kLocal);
+
+CommandRegistration tokens(
+    "prepare tokens",
+    "Token files (llm.c .bin, .npy, raw uint16/uint32 arrays) to language-modelling files",
+    [](CLI::App& app) {
+      app.add_option("files", g_tokens.inputs, "Token files, concatenated in this order")
+          ->required()
+          ->expected(1, -1);
+      app.add_option("--out", g_tokens.out_dir, "Output directory")->required();
+      app.add_option("--vocab", g_tokens.vocab, "Vocabulary size of the tokenizer (50257: GPT-2)")
+          ->required();
+      app.add_option("--format", g_tokens.format,
+                     "auto (by content), npy, llmc (256-int32 header) or raw")
+          ->check(CLI::IsMember({"auto", "npy", "llmc", "raw"}))
+          ->capture_default_str();
+      app.add_option("--dtype", g_tokens.dtype, "Element type of raw files (default uint16)")
+          ->check(CLI::IsMember({"uint16", "uint32", "int32"}));
+      app.add_option("--shard-size", g_tokens.shard_size,
+                     "Tokens per output file: train-00000.h5, ... (default: one train.h5)");
+      app.add_option("--val-fraction", g_tokens.val_fraction,
+                     "Fraction of each file (its tail) that goes to val.h5 (default 0: none)");
+    },
+    run_tokens, runtime::Runtime::Start::kLocal);
+
+CommandRegistration numpy(
+    "prepare numpy",
+    "NumPy .npy arrays to classification (--labels) or regression (--targets) files",
+    [](CLI::App& app) {
+      app.add_option("--inputs", g_numpy.inputs, ".npy of (N, ...) uint8, float32 or float64")
+          ->required();
+      app.add_option("--labels", g_numpy.labels, ".npy of (N,) integer class indices");
+      app.add_option("--targets", g_numpy.targets, ".npy of (N, ...) float32 or float64 targets");
+      app.add_option("--num-classes", g_numpy.num_classes,
+                     "Number of classes (default: the largest label + 1)");
+      app.add_option("--out", g_numpy.out_dir, "Output directory")->required();
+      app.add_option("--shard-size", g_numpy.shard_size,
+                     "Samples per output file: train-00000.h5, ... (default: one train.h5)");
+      app.add_option("--val-fraction", g_numpy.val_fraction,
+                     "Fraction of the samples (the last ones) that goes to val.h5 (default 0)");
+    },
+    run_numpy, runtime::Runtime::Start::kLocal);
 
 }  // namespace
 }  // namespace hpctrain::cli

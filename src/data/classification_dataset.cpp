@@ -237,7 +237,9 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
   std::vector<std::int64_t> block(static_cast<std::size_t>(std::min(n, kScanBlock)));
   h5::Handle label_space(HPCTRAIN_H5(H5Dget_space(labels.get()), where_labels), H5Sclose);
   std::int64_t max_label = -1;
-  for (std::int64_t begin = 0; begin < n; begin += kScanBlock) {
+  // A file validated already in this run (options.trusted) is only read for the labels it keeps.
+  const std::int64_t scan_end = options.trusted && !keep ? 0 : n;
+  for (std::int64_t begin = 0; begin < scan_end; begin += kScanBlock) {
     const std::int64_t count = std::min(kScanBlock, n - begin);
     std::int64_t* dst = keep ? all_labels.data() + begin : block.data();
     select_rows(label_space.get(), {{begin, count}}, {n}, where_labels);
@@ -266,6 +268,7 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
     }
   }
   info.num_classes = num_classes > 0 ? num_classes : max_label + 1;
+  info.classes_declared = file_classes.has_value();
 
   if (n < expect.min_samples) {
     throw DataError(str(label, ": holds ", n, " samples, fewer than one global batch of ",

@@ -7,8 +7,10 @@ namespace hpctrain::data {
 
 DataConfig DataConfig::from(ConfigSection& data) {
   DataConfig config;
-  config.train = data.get<std::string>("train", config.train);
-  config.val = data.get<std::string>("val", config.val);
+  // A path, glob or directory, or a list of them or of weighted sources (Dataset::open).
+  config.train = data.get_text_or_list("train", config.train);
+  config.val = data.get_text_or_list("val", config.val);
+  config.allow_changed_files = data.get<bool>("allow_changed_files", config.allow_changed_files);
   config.batch_size = data.get<std::int64_t>("batch_size", config.batch_size);
   if (config.batch_size < 1) {
     data.fail("batch_size", "must be at least 1 (samples per data-parallel rank per step)");

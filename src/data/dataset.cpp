@@ -228,8 +228,9 @@ Batch Dataset::read_range(std::int64_t begin, std::int64_t end) {
   return read(indices);
 }
 
-std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExpectation& expect,
-                                       const ReadOptions& options) {
+std::unique_ptr<Dataset> detail::open_file(const std::string& path,
+                                           const DatasetExpectation& expect,
+                                           const ReadOptions& options) {
   auto hold = lock_hdf5();
   h5::silence_errors();
   const std::string label = detail::file_label(path, expect.config_key);
@@ -251,7 +252,7 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
   const runtime::PathType type = runtime::path_type(path);
   if (type == runtime::PathType::kDirectory) {
     throw DataError(str(label, " is a directory, expected an HDF5 file such as ", path,
-                        "/train.h5: ", fix_path));
+                        "/train.h5 (a directory as data holds *.h5 or *.hdf5 files): ", fix_path));
   }
   if (type != runtime::PathType::kRegular) {
     // Opening a FIFO blocks until a writer appears, and a device or socket is no dataset.

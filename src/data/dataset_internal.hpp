@@ -65,6 +65,13 @@ h5::Handle open_cached(hid_t file, const char* name, std::int64_t element_bytes,
 std::optional<double> number_attr(hid_t dataset, hid_t root, const char* name,
                                   const std::string& where);
 
+/// One HDF5 file, validated (Dataset::open of a plain path). Local.
+std::unique_ptr<Dataset> open_file(const std::string& path, const DatasetExpectation& expect,
+                                   const ReadOptions& options);
+
+/// FNV-1a of what validation found in a file and its size (DataFileRecord::checksum). Local.
+std::string metadata_checksum(const DatasetInfo& info);
+
 std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string& path,
                                              const DatasetExpectation& expect,
                                              const ReadOptions& options);

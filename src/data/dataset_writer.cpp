@@ -144,6 +144,27 @@ void write_classification_file(const std::string& path, const torch::Tensor& inp
   });
 }
 
+void write_regression_file(const std::string& path, const torch::Tensor& inputs,
+                           const torch::Tensor& targets, const Provenance& provenance) {
+  const std::string where = str("output file '", path, "'");
+  if (inputs.dim() < 1 || targets.dim() < 1 || inputs.scalar_type() != torch::kFloat ||
+      targets.scalar_type() != torch::kFloat || inputs.size(0) != targets.size(0) ||
+      inputs.size(0) == 0) {
+    throw DataError(str(where, ": inputs and targets must be float32 [N, ...] with N > 0, got ",
+                        inputs.sizes(), " and ", targets.sizes()));
+  }
+  auto x = inputs.contiguous();
+  auto y = targets.contiguous();
+  const std::vector<std::int64_t> xd(x.sizes().begin(), x.sizes().end());
+  const std::vector<std::int64_t> yd(y.sizes().begin(), y.sizes().end());
+  write_atomically(path, "regression", provenance, [&](hid_t file, const std::string& w) {
+    write_dataset(file, "inputs", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, xd,
+                  samples_per_chunk(std::max<std::int64_t>(x[0].numel(), 1) * 4), x.data_ptr(), w);
+    write_dataset(file, "targets", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, yd,
+                  samples_per_chunk(std::max<std::int64_t>(y[0].numel(), 1) * 4), y.data_ptr(), w);
+  });
+}
+
 void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens,
                       std::int64_t vocab_size, const std::string& tokenizer,
                       const Provenance& provenance) {

@@ -295,6 +295,18 @@ ConfigSection ConfigSection::section(const std::string& key) {
   return ConfigSection(node, full_key(key), known_);
 }
 
+std::string ConfigSection::get_text_or_list(const std::string& key, const std::string& fallback) {
+  YAML::Node value = node_[key];
+  if (value.IsDefined() && (value.IsSequence() || value.IsMap())) {
+    known_->insert(full_key(key));
+    YAML::Emitter out;
+    out.SetStringFormat(YAML::DoubleQuoted);  // a glob's [0-4] would end a plain flow scalar
+    out << YAML::Flow << value;
+    return out.c_str();
+  }
+  return get<std::string>(key, fallback);
+}
+
 template <typename T>
 T ConfigSection::get(const std::string& key, const T& fallback) {
   known_->insert(full_key(key));

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <optional>
 
+#include "data_state.hpp"
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/comm/communicator.hpp"
@@ -196,12 +197,15 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   expect.seq_len = seq_len;
   expect.min_samples = m.global_batch;
   expect.config_key = "data.train";
-  m.train_data = data::Dataset::open(cfg.data.train, expect, cfg.data.read_options());
+  // Many files: the world's ranks split their validation (collective; a single file: local).
+  m.train_data = data::Dataset::open(cfg.data.train, expect, cfg.data.read_options(),
+                                     m.env.control.world.get());
   if (!cfg.data.val.empty()) {
     data::DatasetExpectation val_expect;
     val_expect.seq_len = seq_len;
     val_expect.config_key = "data.val";
-    m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options());
+    m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options(),
+                                     m.env.control.world.get());
   }
 
   check_model_input_fits_data(model_section, m.train_data->info(), "data.train");
@@ -222,8 +226,10 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
                                 eval::FitAdvice::kTraining);
   }
 
-  m.sampler = std::make_unique<data::TrainSampler>(m.train_data->info().num_samples, m.global_batch,
-                                                   cfg.run.seed, cfg.data.shuffle);
+  const auto& train_info = m.train_data->info();
+  m.sampler = std::make_unique<data::TrainSampler>(
+      train_info.num_samples, m.global_batch, cfg.run.seed, cfg.data.shuffle,
+      data::default_sample_order(train_info.num_samples), train_info.sources);
   m.total_steps = plan::planned_steps(m.train_data->info().num_samples, m.global_batch,
                                       cfg.run.epochs, cfg.run.max_steps);
 
@@ -300,6 +306,13 @@ void Trainer::Impl::resume(const std::string& resume) {
   restore_sharded_state(sharded_state, shards.get());
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
+  const data::SampleOrder order =
+      restore_data_state(ts, train_data->info(), cfg.data.allow_changed_files, state.sampler);
+  if (order != sampler->order()) {  // the checkpoint's order continues (docs/DATA.md)
+    sampler =
+        std::make_unique<data::TrainSampler>(sampler->num_samples(), global_batch, cfg.run.seed,
+                                             cfg.data.shuffle, order, sampler->sources());
+  }
   optimizer->set_steps(ts.value("optimizer_steps", state.step - state.skipped_steps));
   if (scaler->enabled()) scaler->restore(ts.value("loss_scaler", nlohmann::json()));
   resumed_from = loaded.path;
@@ -345,6 +358,7 @@ void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   content.trainer_state["total_steps"] = total_steps;
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
   if (scaler->enabled()) content.trainer_state["loss_scaler"] = scaler->to_json();
+  record_data_state(content.trainer_state, *sampler, state.sampler, train_data->info());
   content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
                                   /*snapshot_buffers=*/true, shards.get());
   // The manager copies into reused CPU buffers on its background thread while the next step's
@@ -466,6 +480,15 @@ TrainOutcome Trainer::run() {
                 m.micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
                 cfg.optim.grad_accumulation, " micro-batches), ", m.total_steps, " steps (",
                 m.sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
+  {
+    const auto& info = m.train_data->info();
+    log::info(str("data.train: ", info.num_samples, " samples in ", info.files.size(),
+                  info.files.size() == 1 ? " file" : " files",
+                  info.sources.empty() ? std::string() : str(", ", info.sources.size(), " sources"),
+                  "; sample order ", data::sample_order_name(m.sampler->order()),
+                  ", sampler memory ", format_bytes(static_cast<double>(m.sampler->memory_bytes())),
+                  " per rank"));
+  }
   if (m.state.step >= m.total_steps && m.state.step > 0) {
     // A chained or requeued job after the run finished: nothing to train or overwrite, but the
     // job that saved the final checkpoint may have died before its bookkeeping.
@@ -545,6 +568,7 @@ TrainOutcome Trainer::run() {
                 {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
   };
   IntervalStats interval;
+  data::SamplerState interval_start = m.state.sampler;  // per-source counts of the interval
   std::vector<data::Batch> micro;
   // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
   // counted with the next step: training time is the loop's time less evaluations and saves.
@@ -583,6 +607,10 @@ TrainOutcome Trainer::run() {
           interval.samples_per_second(), m.model->forward_flops_per_sample(),
           m.ledger_facts(0).tokens_per_sample, grid.world_size(), cfg.logging.peak_flops);
       extra["resources"] = resource_fields(m.monitor->sample(), *m.env.control.world);
+      if (m.sampler->is_mixture()) {
+        extra["samples_per_source"] = source_counts(*m.sampler, interval_start, m.state.sampler);
+        interval_start = m.state.sampler;
+      }
       log_interval(interval, step, m.state.sampler.epoch, *m.env.control.dp, log, extra);
       interval = IntervalStats{};
     }

@@ -13,8 +13,12 @@ class ConfigSection;
 namespace hpctrain::data {
 
 struct DataConfig {
-  std::string train;              ///< data.train: training split file ("" = none given)
-  std::string val;                ///< data.val: validation split file ("" = none)
+  /// data.train: training split: a file, glob or directory, or a list of them or of weighted
+  /// sources, the list as one line of YAML flow text (what Dataset::open takes); "" = none given
+  std::string train;
+  std::string val;  ///< data.val: validation split, the same forms ("" = none)
+  /// data.allow_changed_files: resume although the training files differ from the checkpoint's
+  bool allow_changed_files = false;
   std::int64_t batch_size = 64;   ///< data.batch_size: samples per data-parallel rank per step
   bool shuffle = true;            ///< data.shuffle: permute each epoch (else sequential)
   int prefetch = 4;               ///< data.prefetch: batches read ahead (0 = read inline)

@@ -13,7 +13,25 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/data/sampler.hpp"
+
+namespace hpctrain::comm {
+class ControlPlane;
+}
+
 namespace hpctrain::data {
+
+/// One file of a dataset of many files, as a checkpoint records it. Local value type.
+struct DataFileRecord {
+  std::string path;  ///< as expanded from the config
+  /// The path below the pattern's directory (a glob's or directory's), or the file name of a
+  /// listed file: what a resume compares, so a dataset moved elsewhere still matches.
+  std::string name;
+  std::int64_t num_samples = 0;
+  /// FNV-1a (64 bits, hex) of the file's size and what validation found (kind, shapes, dtypes,
+  /// scale, classes, vocabulary, tokens): changes when the content's layout changes.
+  std::string checksum;
+};
 
 enum class DatasetKind { kClassification, kLanguageModel, kRegression };
 
@@ -45,6 +63,13 @@ struct DatasetInfo {
   /// Labels of files with at most this many samples are read once at open and kept in memory
   /// (8 bytes each); larger files read labels with each batch.
   std::int64_t max_labels_in_memory = std::int64_t{1} << 23;
+  /// Classification: num_classes came from the file's attribute (not from its largest label).
+  bool classes_declared = false;
+  /// A dataset of many files (a list, glob or directory; docs/DATA.md): the files in index
+  /// order, sample index spans them in this order. One entry for a single file.
+  std::vector<DataFileRecord> files;
+  /// A weighted mixture: its sources, each a range of the global index (empty otherwise).
+  std::vector<SamplerSource> sources;
 };
 
 /// What the run expects of a file; checked on open so a mismatch is a DataError before training.
@@ -66,6 +91,12 @@ struct ReadOptions {
   /// Labels of files with at most this many samples are read once at open and kept in memory
   /// (8 bytes each); larger files read labels with each batch.
   std::int64_t max_labels_in_memory = std::int64_t{1} << 23;
+  /// The file was validated already in this run (on this or another rank): skip the range scans
+  /// of labels and tokens. Internal to datasets of many files.
+  bool trusted = false;
+  /// Datasets of many files: at most this many files are open at once (least recently read
+  /// closed first).
+  int max_open_files = 128;
 };
 
 /// One batch as tensors on the CPU. inputs: float32 [B, sample_shape...] for classification and
@@ -91,9 +122,17 @@ class Dataset {
   /// Local (each rank opens its own handle; nothing is read beyond metadata and range checks):
   /// every rank calls it before any collective so every rank reports a bad file itself.
   /// Range checks scan /labels or /tokens once, in blocks (Fashion-MNIST: ~1 ms).
+  /// `path` may also be a glob (`data/shard-*.h5`), a directory (its *.h5 and *.hdf5 files), or a
+  /// YAML list (text starting with '[', as DataConfig stores a list): of paths and globs, or of
+  /// sources `{path: ..., weight: ..., name: ...}` (a weighted mixture). Many files are one
+  /// dataset whose global index spans them in name order; every file is validated, and all must
+  /// agree in kind, shapes, dtypes, scale, classes and vocabulary. With a `group`, its ranks
+  /// split the validation of the files among them and share the results: collective over the
+  /// group (every rank gets the same result or the same error); without one, local.
   static std::unique_ptr<Dataset> open(const std::string& path,
                                        const DatasetExpectation& expect = {},
-                                       const ReadOptions& options = {});
+                                       const ReadOptions& options = {},
+                                       comm::ControlPlane* group = nullptr);
   virtual const DatasetInfo& info() const = 0;
   /// Reads the samples with these global indices (any order; duplicates allowed) into a Batch in
   /// the same order, with hyperslab selections that coalesce neighbours. Throws DataError for an

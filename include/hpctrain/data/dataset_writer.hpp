@@ -29,6 +29,10 @@ void write_classification_file(const std::string& path, const torch::Tensor& inp
                                const torch::Tensor& labels, std::int64_t num_classes, double scale,
                                const Provenance& provenance);
 
+/// Writes a regression file: float32 `inputs` [N, ...] and `targets` [N, ...]. Local.
+void write_regression_file(const std::string& path, const torch::Tensor& inputs,
+                           const torch::Tensor& targets, const Provenance& provenance);
+
 /// Writes a language-modelling file: /tokens as uint16 with attributes vocab_size and
 /// tokenizer. Local.
 void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens,

@@ -38,4 +38,44 @@ std::vector<PreparedFile> prepare_text(const std::vector<std::string>& inputs,
                                        const std::string& out_dir, double val_fraction,
                                        const std::string& created_by);
 
+/// `hpctrain prepare tokens`: token files (llm.c .bin, .npy, raw little-endian arrays) to
+/// language-modelling files. Local value type.
+struct TokenPrepareOptions {
+  std::vector<std::string> inputs;
+  std::string out_dir;
+  std::string format = "auto";  ///< auto, npy, llmc or raw (every input)
+  std::string dtype;            ///< raw files: uint16 (default), uint32 or int32
+  std::int64_t vocab = 0;       ///< vocabulary size (required): ids must lie in [0, vocab)
+  std::int64_t shard_size = 0;  ///< tokens per output file; 0 = one train.h5 (and val.h5)
+  double val_fraction = 0;      ///< the last fraction of each input goes to validation
+  std::string created_by;
+  int rank = 0;  ///< this process's share: outputs rank, rank + ranks, ...
+  int ranks = 1;
+};
+
+/// Checks every input's header and length first (a truncated or mis-typed file is a DataError
+/// naming its byte offset, before anything is written), then writes this rank's output files
+/// (train.h5 / val.h5, or train-NNNNN.h5 / val-NNNNN.h5 of shard_size tokens each, the inputs
+/// concatenated in the order given), each under a temporary name, renamed when complete. Output
+/// ids are uint16 for a vocabulary up to 65536, else int32. Local.
+std::vector<PreparedFile> prepare_tokens(const TokenPrepareOptions& options);
+
+/// `hpctrain prepare numpy`: .npy arrays to classification or regression files.
+struct NumpyPrepareOptions {
+  std::string inputs;   ///< (N, ...) uint8, float32 or float64 (stored as float32)
+  std::string labels;   ///< (N,) integers: classification
+  std::string targets;  ///< (N, ...) float32 or float64: regression
+  std::string out_dir;
+  std::int64_t num_classes = 0;  ///< 0 = the largest label + 1
+  std::int64_t shard_size = 0;   ///< samples per output file; 0 = one train.h5 (and val.h5)
+  double val_fraction = 0;       ///< the last fraction of the samples goes to validation
+  std::string created_by;
+  int rank = 0;
+  int ranks = 1;
+};
+
+/// Checks both headers and the labels, then writes this rank's output files as prepare_tokens
+/// does. Local.
+std::vector<PreparedFile> prepare_numpy(const NumpyPrepareOptions& options);
+
 }  // namespace hpctrain::data

@@ -23,6 +23,13 @@ class AgreedCheckpointError : public CheckpointError, public Agreed {
   explicit AgreedCheckpointError(const std::string& message) : CheckpointError(message) {}
 };
 
+/// A DataError (exit 3) that every rank raised at once (a data file that one rank validated for
+/// all). Local to throw; see Agreed.
+class AgreedDataError : public DataError, public Agreed {
+ public:
+  explicit AgreedDataError(const std::string& message) : DataError(message) {}
+};
+
 /// A ConfigError (exit 2) that every rank raised at once from the same config and world (a trace
 /// window over its size bound). Local to throw; see Agreed.
 class AgreedConfigError : public ConfigError, public Agreed {

@@ -65,6 +65,10 @@ class ConfigSection {
   /// Value at `key`; throws ConfigError "missing required key" when absent.
   template <typename T>
   T require(const std::string& key);
+  /// The value at `key` as text: a scalar as it is, a list or map as one line of YAML flow text
+  /// ("[{path: a/*.h5, weight: 0.7}, ...]"); `fallback` (recorded) when absent. For keys that
+  /// take a path or a list of them (data.train). Local.
+  std::string get_text_or_list(const std::string& key, const std::string& fallback);
   /// Whether `key` is present (and marks it known).
   bool has(const std::string& key);
   /// A nested map.

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "hpctrain/data/dataset.hpp"
@@ -226,7 +227,11 @@ TEST(Dataset, ExpectationsAreChecked) {
              "vocab_size is 256 but the model has 100");
   auto ok = Dataset::open(dir + "/tiny_classification.h5");
   EXPECT_HAS(error_of([&] { ok->read({3, 10}); }), "sample index 10 (position 1");
-  EXPECT_HAS(error_of([&] { Dataset::open(dir); }), "is a directory");
+  // A directory is a dataset of its *.h5 files (here: one of them is bad, and named).
+  EXPECT_HAS(error_of([&] { Dataset::open(dir); }), "bad_");
+  const std::string empty = dir + "/empty_dir";
+  std::filesystem::create_directories(empty);
+  EXPECT_HAS(error_of([&] { Dataset::open(empty); }), "is a directory without *.h5");
 }
 
 TEST(Dataset, BackgroundReadsAndOtherHdf5UsersShareTheLock) {

@@ -49,14 +49,145 @@ TEST(EpochPermutation, IsAPermutationAndDependsOnSeedAndEpoch) {
 // Issue 18: a file declaring 10^12 samples ended in a bare std::bad_alloc naming nothing.
 TEST(TrainSampler, RefusesMoreSamplesThanMemoryCanOrder) {
   try {
-    TrainSampler sampler(std::int64_t{1} << 40, 32, 7, true);
-    FAIL() << "a sampler of 2^40 samples was accepted";
+    TrainSampler sampler(std::int64_t{1} << 40, 32, 7, true, SampleOrder::kHeld);
+    FAIL() << "a held order of 2^40 samples was accepted";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("the training set declares 1099511627776 samples"),
               std::string::npos)
         << e.what();
   }
   EXPECT_NO_THROW(TrainSampler(60000, 32, 7, true));
+}
+
+TEST(KeyedPermutation, MatchesThePythonReference) {
+  // python3 scripts/data_order.py --keyed N SEED EPOCH COUNT
+  const KeyedPermutation small(10, 0, 0);
+  std::vector<std::int64_t> order;
+  for (std::int64_t i = 0; i < 10; ++i) order.push_back(small(i));
+  EXPECT_EQ(order, (std::vector<std::int64_t>{1, 7, 3, 2, 6, 0, 4, 8, 5, 9}));
+  const KeyedPermutation huge(1000000000, 7, 2);
+  order.clear();
+  for (std::int64_t i = 0; i < 8; ++i) order.push_back(huge(i));
+  EXPECT_EQ(order, (std::vector<std::int64_t>{815473315, 90584630, 139037458, 317115350, 827734889,
+                                              500507382, 346838894, 699428122}));
+}
+
+TEST(KeyedPermutation, IsAPermutationAndDependsOnSeedAndEpoch) {
+  for (std::int64_t n : {1, 2, 3, 4, 5, 17, 1000, 4097}) {
+    const KeyedPermutation p(n, 5, 2);
+    std::vector<std::int64_t> order;
+    for (std::int64_t i = 0; i < n; ++i) order.push_back(p(i));
+    auto sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, iota(n)) << "n=" << n;
+  }
+  auto first = [](std::uint64_t seed, std::int64_t epoch) {
+    const KeyedPermutation p(1000, seed, epoch);
+    std::vector<std::int64_t> v;
+    for (std::int64_t i = 0; i < 1000; ++i) v.push_back(p(i));
+    return v;
+  };
+  EXPECT_NE(first(5, 2), first(5, 3));
+  EXPECT_NE(first(5, 2), first(6, 2));
+  EXPECT_NE(first(5, 2), iota(1000));
+}
+
+TEST(TrainSampler, KeyedAboveTheHeldLimitWithoutPerSampleMemory) {
+  EXPECT_EQ(default_sample_order(kHeldOrderMaxSamples), SampleOrder::kHeld);
+  EXPECT_EQ(default_sample_order(kHeldOrderMaxSamples + 1), SampleOrder::kKeyed);
+  const std::int64_t n = 1000000000;
+  TrainSampler sampler(n, 16, 7, true);
+  EXPECT_EQ(sampler.order(), SampleOrder::kKeyed);
+  EXPECT_EQ(sampler.memory_bytes(), 16 * 8);  // one global batch of indices, nothing per sample
+  SamplerState state;
+  state.epoch = 2;
+  const auto batch = sampler.next_global_batch(state);
+  const KeyedPermutation reference(n, 7, 2);
+  for (std::int64_t k = 0; k < 16; ++k) EXPECT_EQ(batch[static_cast<std::size_t>(k)], reference(k));
+  // Below the limit the order stays today's held Fisher-Yates, whatever the constructor.
+  TrainSampler small(10, 10, 0, true);
+  EXPECT_EQ(small.order(), SampleOrder::kHeld);
+  SamplerState s0;
+  EXPECT_EQ(small.next_global_batch(s0), epoch_permutation(10, 0, 0));
+  // A keyed order at a small size (resumed checkpoints carry their order) is the same function.
+  TrainSampler keyed(10, 10, 0, true, SampleOrder::kKeyed);
+  SamplerState s1;
+  EXPECT_EQ(keyed.next_global_batch(s1), (std::vector<std::int64_t>{1, 7, 3, 2, 6, 0, 4, 8, 5, 9}));
+}
+
+std::vector<SamplerSource> two_sources(std::int64_t a, std::int64_t b, double wa, double wb) {
+  return {SamplerSource{"a", wa, 0, a}, SamplerSource{"b", wb, a, b}};
+}
+
+TEST(TrainSampler, MixtureMatchesThePythonReference) {
+  // python3 scripts/data_order.py --mixture 10:0.7,5:0.3 3 20
+  TrainSampler sampler(15, 5, 3, true, SampleOrder::kHeld, two_sources(10, 5, 0.7, 0.3));
+  SamplerState state;
+  std::vector<std::int64_t> stream;
+  for (int s = 0; s < 4; ++s) {
+    auto b = sampler.next_global_batch(state);
+    stream.insert(stream.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(stream, (std::vector<std::int64_t>{4, 14, 1, 3, 11, 0, 9, 5, 12, 7,
+                                               6, 10, 2, 8, 13, 1, 8, 0, 10, 4}));
+  EXPECT_EQ(state.source_consumed, (std::vector<std::int64_t>{14, 6}));
+}
+
+TEST(TrainSampler, MixtureSharesFollowTheWeightsAndSmallSourcesRepeatPerEpoch) {
+  // 0.7 / 0.3 over 10,000 samples: within one sample of the weights (Megatron's greedy blend).
+  TrainSampler sampler(1300, 100, 11, true, SampleOrder::kHeld, two_sources(1000, 300, 0.7, 0.3));
+  SamplerState state;
+  std::vector<std::int64_t> per_source(2, 0);
+  std::vector<std::vector<int>> seen(2);
+  seen[0].assign(1000, 0);
+  seen[1].assign(300, 0);
+  for (int s = 0; s < 100; ++s) {
+    for (std::int64_t index : sampler.next_global_batch(state)) {
+      const int source = index < 1000 ? 0 : 1;
+      ++per_source[static_cast<std::size_t>(source)];
+      ++seen[static_cast<std::size_t>(source)]
+            [static_cast<std::size_t>(index - (source ? 1000 : 0))];
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(per_source[0]) / 10000, 0.7, 1e-4);
+  EXPECT_NEAR(static_cast<double>(per_source[1]) / 10000, 0.3, 1e-4);
+  EXPECT_EQ(state.source_consumed, per_source);
+  // 7000 draws of a 1000-sample source: 7 whole epochs, each sample exactly 7 times; 3000 of 300:
+  // each exactly 10 times (a source's epoch is a permutation: no repetition within it).
+  for (int c : seen[0]) EXPECT_EQ(c, 7);
+  for (int c : seen[1]) EXPECT_EQ(c, 10);
+}
+
+TEST(TrainSampler, MixtureStreamIsIndependentOfTheGlobalBatchAndResumesExactly) {
+  auto stream = [](std::int64_t global_batch, int steps, SamplerState start) {
+    TrainSampler sampler(120, global_batch, 5, true, SampleOrder::kHeld,
+                         two_sources(100, 20, 2.0, 1.0));
+    std::vector<std::int64_t> out;
+    for (int s = 0; s < steps; ++s) {
+      auto b = sampler.next_global_batch(start);
+      out.insert(out.end(), b.begin(), b.end());
+    }
+    return std::make_pair(out, start);
+  };
+  const auto [by6, end6] = stream(6, 20, {});
+  const auto [by4, end4] = stream(4, 30, {});
+  EXPECT_EQ(by6, by4);
+  EXPECT_EQ(end6.source_consumed, end4.source_consumed);
+  // Resume after 7 steps of 6 with the saved state, continue with 2 per step.
+  const auto [head, mid] = stream(6, 7, {});
+  const auto [tail, unused] = stream(2, 39, mid);
+  std::vector<std::int64_t> joined = head;
+  joined.insert(joined.end(), tail.begin(), tail.end());
+  EXPECT_EQ(joined, by6);
+  // advance() moves the blend exactly as next_global_batch does.
+  TrainSampler sampler(120, 6, 5, true, SampleOrder::kHeld, two_sources(100, 20, 2.0, 1.0));
+  SamplerState a, b;
+  for (int s = 0; s < 9; ++s) {
+    sampler.next_global_batch(a);
+    sampler.advance(b);
+  }
+  EXPECT_EQ(a.source_consumed, b.source_consumed);
+  EXPECT_EQ(a.consumed_samples, b.consumed_samples);
 }
 
 TEST(TrainSampler, SequentialWithoutShuffle) {
