@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """torch_reference.py MODEL.pt TRAIN.h5 --ranks R --batch B --steps S --seed SEED --lr LR
-   --out OUT.json [--state OUT_STATE.pt]
+   --out OUT.json [--state OUT_STATE.pt] [--adam torch|hpctrain]
 
 Trains the scripted module MODEL.pt in plain PyTorch the way hpctrain trains it on R
 data-parallel ranks: global batch s of the sample order of docs/DATA.md (scripts/data_order.py),
@@ -9,6 +9,15 @@ rank r's contiguous slice of B samples, each rank's forward in training mode on 
 same generator state, as every hpctrain rank seeds LibTorch's generator with run.seed), the mean
 over ranks of the per-rank mean-loss gradients, then torch.optim.Adam. Writes the global loss of
 every step and, with --state, the state_dict dp rank 0 ends with (what hpctrain saves).
+
+--adam hpctrain replaces torch.optim.Adam by the arithmetic of hpctrain's fused Adam
+(src/train/optimizer.cpp: the same float32 operations in the same order, no fused multiply-add),
+so that where forward and backward run the same LibTorch kernels the two trainings are equal bit
+for bit. torch.optim.Adam computes the same rule with other roundings (m = b1*m then += (1-b1)*g;
+sqrt(v)/sqrt(bc2) instead of sqrt(v)*(1/sqrt(bc2))): 1-ulp differences that normally stay at
+~1e-7, but that can flip a discrete decision of the network (a ReLU input or a max-pool winner
+within an ulp of its rival) and then grow to ~1e-4 in 20 steps, as they do when oneDNN runs its
+SSE4.1 kernels (docs/MODELS.md).
 """
 import argparse
 import json
@@ -35,6 +44,35 @@ def read_inputs(f, indices):
     return torch.from_numpy(rows.astype(np.float32))
 
 
+class HpctrainAdam:
+    """hpctrain's fused Adam (betas 0.9/0.999, eps 1e-8, no weight decay) in numpy float32, one
+    rounding per operation in the order src/train/optimizer.cpp's adam_range computes them."""
+
+    def __init__(self, params, lr):
+        self.params, self.lr, self.steps = params, lr, 0
+        self.m = [np.zeros(q.shape, np.float32) for q in params]
+        self.v = [np.zeros(q.shape, np.float32) for q in params]
+
+    def zero_grad(self):
+        for q in self.params:
+            q.grad = None
+
+    def step(self):
+        self.steps += 1
+        beta1, beta2 = 0.9, 0.999
+        b1, b2 = np.float32(beta1), np.float32(beta2)
+        c1, c2 = np.float32(1) - b1, np.float32(1) - b2
+        step = np.float32(self.lr / (1 - beta1 ** self.steps))
+        inv = np.float32(1.0 / np.sqrt(1 - beta2 ** self.steps))
+        eps = np.float32(1e-8)
+        with torch.no_grad():
+            for q, m, v in zip(self.params, self.m, self.v):
+                g = q.grad.numpy()
+                m[...] = b1 * m + c1 * g
+                v[...] = b2 * v + c2 * g * g
+                q.copy_(torch.from_numpy(q.detach().numpy() - step * m / (np.sqrt(v) * inv + eps)))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("model")
@@ -46,6 +84,7 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--out", required=True)
     p.add_argument("--state")
+    p.add_argument("--adam", choices=["torch", "hpctrain"], default="torch")
     a = p.parse_args()
     torch.set_num_threads(1)
     module = torch.jit.load(a.model)
@@ -54,7 +93,7 @@ def main():
     # Every rank starts from rank 0's buffers and then keeps its own.
     rank_buffers = [{n: b.clone() for n, b in module.named_buffers()} for _ in range(a.ranks)]
     params = [q for _, q in module.named_parameters()]
-    opt = torch.optim.Adam(params, lr=a.lr)
+    opt = torch.optim.Adam(params, lr=a.lr) if a.adam == "torch" else HpctrainAdam(params, a.lr)
     torch.manual_seed(a.seed)
     losses = []
     with h5py.File(a.data, "r") as f:
