@@ -18,6 +18,7 @@ Exit status: 0 written, 2 a model or option this script cannot export (nothing w
 """
 import argparse
 import collections
+import inspect
 import os
 import sys
 import warnings
@@ -129,10 +130,13 @@ def main():
     else:
         import onnx
         names = (["tokens"], ["logits"]) if language_model else (["inputs"], ["outputs"])
+        # PyTorch 2.9 and later export through dynamo (and onnxscript) by default; the
+        # TorchScript-based exporter that dynamic_axes and opset 13 belong to is asked for.
+        legacy = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
         with torch.no_grad():
             torch.onnx.export(module, (example,), tmp, input_names=names[0], output_names=names[1],
                               dynamic_axes={names[0][0]: {0: "batch"}, names[1][0]: {0: "batch"}},
-                              opset_version=13)
+                              opset_version=13, **legacy)
         graph = onnx.load(tmp)
         if language_model:  # the traced length is symbolic; the input fixes it at --seq-len
             graph.graph.output[0].type.tensor_type.shape.dim[1].ClearField("dim_param")

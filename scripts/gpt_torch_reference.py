@@ -13,8 +13,8 @@ formula hpctrain's ledger uses (Gpt::forward_flops_per_sample, times 3 for train
     /usr/bin/python3 scripts/gpt_torch_reference.py -c configs/gpt-small-tp2.yaml \\
         --set run.max_steps=12 --nproc 2 --warmup-steps 2 --json
 
-Used by scripts/bench_gpt.sh. Needs torch, h5py and yaml (Debian: python3-torch python3-h5py
-python3-yaml).
+Used by scripts/bench_gpt.sh and scripts/gpu_check.sh. Needs torch, yaml and h5py (Debian:
+python3-torch python3-yaml python3-h5py); without h5py it reads the kit's NAME.tokens.npy copy.
 """
 import argparse
 import json
@@ -24,7 +24,6 @@ import socket
 import sys
 import time
 
-import h5py
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -142,6 +141,20 @@ def lr_at(cfg, step, total):
     return base
 
 
+def read_tokens(path):
+    """The token stream of an hpctrain text file; without h5py (a GPU machine's python may lack
+    it), the copy beside it that scripts/gpu_kit.sh writes (NAME.tokens.npy)."""
+    try:
+        import h5py
+    except ImportError:
+        sidecar = os.path.splitext(path)[0] + ".tokens.npy"
+        if os.path.exists(sidecar):
+            return np.load(sidecar)
+        raise SystemExit(f"gpt_torch_reference.py: no h5py to read {path}, and no {sidecar}")
+    with h5py.File(path, "r") as f:
+        return f["tokens"][:]
+
+
 def load_config(path, overrides):
     cfg = yaml.safe_load(open(path))
     for item in overrides:
@@ -221,8 +234,7 @@ def worker(rank, args, port, queue):
     clip = optim.get("grad_clip", 0.0)
 
     data = cfg["data"]
-    with h5py.File(data["train"], "r") as f:
-        tokens = torch.from_numpy(f["tokens"][:].astype(np.int64))
+    tokens = torch.from_numpy(read_tokens(data["train"]).astype(np.int64))
     t = o["seq_len"]
     num_samples = (tokens.numel() - 1) // t
     b = data.get("batch_size", 64)

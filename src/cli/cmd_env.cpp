@@ -95,6 +95,8 @@ int run_env(CommandContext& ctx) {
   j["comm_backend"] = session.comms.backend;
   j["cuda_available"] = runtime::cuda_available();
   j["cuda_devices"] = session.device.cuda_device_count;
+  // LibTorch's TF32 defaults for float32 CUDA work (run.tf32 in a config sets both).
+  j["tf32"] = {{"matmul", compat::tf32().matmul}, {"cudnn", compat::tf32().cudnn}};
   j["nccl"] = comm::nccl_version();
   j["nccl_compiled"] = comm::nccl_compiled();
   j["hdf5_version"] = hdf5_version();

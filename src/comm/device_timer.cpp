@@ -35,7 +35,7 @@ struct DeviceTimer::Events {
   }
 };
 
-DeviceTimer::DeviceTimer(bool cuda) : cuda_(cuda) {
+DeviceTimer::DeviceTimer(bool cuda, int cuda_index) : cuda_(cuda), cuda_index_(cuda_index) {
   if (cuda_) events_ = std::make_unique<Events>();
 }
 
@@ -50,6 +50,9 @@ int DeviceTimer::mark() {
     host_marks_.push_back(Clock::now());
     return static_cast<int>(host_marks_.size()) - 1;
   }
+  // An event belongs to the device current when it is created, and may be recorded only on
+  // that device's streams.
+  if (cuda_index_ >= 0) Events::check(cudaSetDevice(cuda_index_), "cudaSetDevice");
   cudaEvent_t e = nullptr;
   if (events_->free.empty()) {
     Events::check(cudaEventCreate(&e), "cudaEventCreate");
@@ -97,7 +100,7 @@ DeviceTimer::Seconds DeviceTimer::resolve() {
 
 struct DeviceTimer::Events {};
 
-DeviceTimer::DeviceTimer(bool cuda) : cuda_(cuda) {}
+DeviceTimer::DeviceTimer(bool cuda, int cuda_index) : cuda_(cuda), cuda_index_(cuda_index) {}
 DeviceTimer::~DeviceTimer() = default;
 
 bool DeviceTimer::uses_events() const {

@@ -12,6 +12,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -235,13 +236,20 @@ class NcclCommunicator final : public Communicator {
     timeline_ = std::make_unique<StreamTimeline>(name_, stream_, cuda_index_);
     // The watchdog's abort (a collective past its deadline, a lost peer) must not wait for NCCL
     // kernels that will never finish: ncclCommAbort cancels them, as ProcessGroupNCCL does.
-    abort_hook_ = runtime::add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
+    // The hook and the destructor may run on different threads: whichever takes the handle
+    // first ends the communicator (abort or destroy), the other finds nothing to end. Destroying
+    // an aborted communicator would free it twice.
+    owner_->store(comm_);
+    abort_hook_ = runtime::add_abort_hook([owner = owner_] {
+      if (ncclComm_t comm = owner->exchange(nullptr)) ncclCommAbort(comm);
+    });
   }
   ~NcclCommunicator() override {
     runtime::remove_abort_hook(abort_hook_);
     timeline_.reset();  // before the stream goes
-    if (stream_) cudaStreamSynchronize(stream_);
-    if (comm_) ncclCommDestroy(comm_);
+    ncclComm_t comm = owner_->exchange(nullptr);
+    if (comm && stream_) cudaStreamSynchronize(stream_);  // aborted: its kernels never finish
+    if (comm) ncclCommDestroy(comm);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -400,6 +408,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
+  std::shared_ptr<std::atomic<ncclComm_t>> owner_ = std::make_shared<std::atomic<ncclComm_t>>();
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<StreamTimeline> timeline_;
   std::shared_ptr<NcclWork> last_;

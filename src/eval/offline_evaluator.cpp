@@ -13,6 +13,7 @@
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/batch_size_search.hpp"
 #include "hpctrain/eval/compression.hpp"
@@ -277,6 +278,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   eval_options.max_samples = plan.key.max_samples;
   eval_options.bf16 = plan.key.precision == "bf16";
   eval_options.fp16 = plan.key.precision == "fp16";  // CUDA only: float32 on CPU
+  if (config.tf32()) compat::set_tf32({*config.tf32(), *config.tf32()});
   eval_options.prefetch = options.prefetch;
   // Compressed evaluation: the float32 model first (the source checkpoint, or this one before
   // compressing it in memory), then the compressed one, on the same data and batches.

@@ -21,7 +21,9 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
   }
   auto eval = config_.section("eval");
   eval_ = EvalConfig::from(eval);
-  precision_ = config_.section("run").get<std::string>("precision", precision_);
+  auto run = config_.section("run");
+  precision_ = run.get<std::string>("precision", precision_);
+  if (run.has("tf32")) tf32_ = run.get<bool>("tf32", false);
   {
     YAML::Emitter out;
     out << YAML::Flow << config_.root()["model"];

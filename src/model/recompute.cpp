@@ -43,23 +43,29 @@ class ReplayScope {
       : device_(device),
         cpu_now_(rng_state(default_generator(torch::kCPU))),
         cpu_autocast_(compat::cpu_autocast_enabled()),
-        cuda_autocast_(device.is_cuda() && compat::cuda_autocast_enabled()) {
+        cuda_autocast_(device.is_cuda() && compat::cuda_autocast_enabled()),
+        cpu_dtype_(compat::cpu_autocast_dtype()),
+        cuda_dtype_(device.is_cuda() ? compat::cuda_autocast_dtype() : at::kBFloat16) {
     set_rng_state(default_generator(torch::kCPU), ctx->saved_data["cpu_rng"].toTensor());
+    // The replay computes in the dtype forward computed in (float16 for an fp16 run, not
+    // bfloat16): autocast's state and its dtype both come back.
+    const bool autocast = ctx->saved_data["autocast"].toBool();
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     if (device_.is_cuda()) {
       cuda_now_ = rng_state(default_generator(device_));
       set_rng_state(default_generator(device_), ctx->saved_data["cuda_rng"].toTensor());
-      compat::set_cuda_autocast(ctx->saved_data["autocast"].toBool(), at::kBFloat16);
+      compat::set_cuda_autocast(autocast, dtype);
     } else {
-      compat::set_cpu_autocast(ctx->saved_data["autocast"].toBool(), at::kBFloat16);
+      compat::set_cpu_autocast(autocast, dtype);
     }
   }
   ~ReplayScope() {
     set_rng_state(default_generator(torch::kCPU), cpu_now_);
     if (device_.is_cuda()) {
       set_rng_state(default_generator(device_), cuda_now_);
-      compat::set_cuda_autocast(cuda_autocast_, at::kBFloat16);
+      compat::set_cuda_autocast(cuda_autocast_, cuda_dtype_);
     } else {
-      compat::set_cpu_autocast(cpu_autocast_, at::kBFloat16);
+      compat::set_cpu_autocast(cpu_autocast_, cpu_dtype_);
     }
     compat::clear_autocast_cache();
   }
@@ -70,6 +76,8 @@ class ReplayScope {
   torch::Tensor cuda_now_;
   bool cpu_autocast_;
   bool cuda_autocast_;
+  at::ScalarType cpu_dtype_;
+  at::ScalarType cuda_dtype_;
 };
 
 class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
@@ -85,6 +93,8 @@ class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     if (device.is_cuda()) ctx->saved_data["cuda_rng"] = rng_state(default_generator(device));
     ctx->saved_data["autocast"] =
         device.is_cuda() ? compat::cuda_autocast_enabled() : compat::cpu_autocast_enabled();
+    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(
+        device.is_cuda() ? compat::cuda_autocast_dtype() : compat::cpu_autocast_dtype());
     ctx->save_for_backward(inputs);
     // Function::apply runs this with grad mode off: fn keeps no graph and no activations.
     return {holder->fn(inputs)};

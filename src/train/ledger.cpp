@@ -51,6 +51,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                {"device", f.device}};
   j["steps"] = f.steps;
   j["precision"] = f.precision;
+  j["tf32"] = {{"matmul", f.tf32_matmul}, {"cudnn", f.tf32_cudnn}, {"source", f.tf32_source}};
   j["skipped_steps"] = f.skipped_steps;
   if (f.loss_scale > 0) j["loss_scale"] = f.loss_scale;
   j["samples_trained"] = f.samples_trained;

@@ -76,6 +76,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.run.precision = s.get_choice<Precision>(
         "precision", c.run.precision,
         {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}});
+    if (s.has("tf32")) c.run.tf32 = s.get<bool>("tf32", false);
     c.run.time_limit_s = parse_duration(s.get<std::string>("time_limit", ""), "run.time_limit");
     c.run.time_margin_s = s.get<double>("time_margin_s", c.run.time_margin_s);
     if (c.run.dir.empty()) s.fail("dir", "must name the run directory");

@@ -183,6 +183,9 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
         "run.precision = fp16 needs a CUDA device: LibTorch's CPU autocast has bfloat16 only. "
         "Use run.precision=bf16 (or fp32) on CPU, or train with --device cuda");
   }
+  // Process-wide, before any CUDA work: the fp32 of an fp32 run is IEEE float32 only with
+  // run.tf32: false (cuDNN convolutions default to TF32, as in PyTorch).
+  if (cfg.run.tf32) compat::set_tf32({*cfg.run.tf32, *cfg.run.tf32});
   if (cfg.data.train.empty()) {
     throw ConfigError(
         "missing required key 'data.train': the HDF5 file to train on (hpctrain "
@@ -398,6 +401,9 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.threads_per_rank = env.device.threads;
   facts.device = env.device.device;
   facts.precision = precision_name(cfg.run.precision);
+  facts.tf32_matmul = compat::tf32().matmul;
+  facts.tf32_cudnn = compat::tf32().cudnn;
+  facts.tf32_source = cfg.run.tf32 ? "run.tf32" : "LibTorch default";
   facts.skipped_steps = state.skipped_steps;
   facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
   facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;

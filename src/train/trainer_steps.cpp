@@ -41,7 +41,8 @@ double root_of_square_sum(double sq) {
 }
 }  // namespace
 
-StepRunner::StepRunner(Parts parts) : p_(parts), timer_(parts.device.is_cuda()) {
+StepRunner::StepRunner(Parts parts)
+    : p_(parts), timer_(parts.device.is_cuda(), parts.device.index()) {
   if (p_.env.grid.tp_size() > 1) {
     const auto& entries = p_.flat.entries();
     for (std::size_t i = 0; i < entries.size(); ++i) {

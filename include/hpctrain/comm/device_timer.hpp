@@ -18,10 +18,11 @@ class DeviceTimer {
   static constexpr int kSlots = 4;
   using Seconds = std::array<double, kSlots>;
 
-  /// `cuda`: the work runs on the current CUDA device. Without CUDA events in this build
-  /// (no CUDA toolkit at configure time), a CUDA timer synchronizes the device at each mark: the
-  /// old behaviour, correct and slower. Local.
-  explicit DeviceTimer(bool cuda);
+  /// `cuda`: the work runs on CUDA device `cuda_index` (-1: the current device); events are
+  /// created and recorded with that device set (on the calling thread, which may not have set
+  /// it). Without CUDA events in this build (no CUDA toolkit at configure time), a CUDA timer
+  /// synchronizes the device at each mark: the old behaviour, correct and slower. Local.
+  explicit DeviceTimer(bool cuda, int cuda_index = -1);
   ~DeviceTimer();
   DeviceTimer(const DeviceTimer&) = delete;
   DeviceTimer& operator=(const DeviceTimer&) = delete;
@@ -40,6 +41,7 @@ class DeviceTimer {
   struct Events;
   using Clock = std::chrono::steady_clock;
   bool cuda_;
+  int cuda_index_;
   std::vector<Clock::time_point> host_marks_;
   std::unique_ptr<Events> events_;
   Seconds done_{};

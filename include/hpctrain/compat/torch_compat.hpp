@@ -79,6 +79,40 @@ inline bool cuda_autocast_enabled() {
 #endif
 }
 
+/// The lower-precision dtype CPU / CUDA autocast casts to in this thread (bfloat16 or float16).
+/// Local.
+inline at::ScalarType cpu_autocast_dtype() {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(at::kCPU);
+#else
+  return at::autocast::get_autocast_cpu_dtype();
+#endif
+}
+inline at::ScalarType cuda_autocast_dtype() {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 4)
+  return at::autocast::get_autocast_dtype(at::kCUDA);
+#else
+  return at::autocast::get_autocast_gpu_dtype();
+#endif
+}
+
+/// Whether float32 work on CUDA may use TF32 tensor cores: matrix products (cuBLAS) and
+/// convolutions (cuDNN). LibTorch's defaults, like PyTorch's: matmul off, cuDNN on.
+struct Tf32 {
+  bool matmul = false;
+  bool cudnn = true;
+};
+/// The process's TF32 settings now. Local.
+inline Tf32 tf32() {
+  return {at::globalContext().allowTF32CuBLAS(), at::globalContext().allowTF32CuDNN()};
+}
+/// Sets both (the legacy setters, present in every supported version; later PyTorch maps them
+/// onto its fp32_precision settings). Local (process state).
+inline void set_tf32(const Tf32& t) {
+  at::globalContext().setAllowTF32CuBLAS(t.matmul);
+  at::globalContext().setAllowTF32CuDNN(t.cudnn);
+}
+
 /// Drops autocast's cast cache (call at the end of each autocast region). Local.
 inline void clear_autocast_cache() {
   at::autocast::clear_cache();

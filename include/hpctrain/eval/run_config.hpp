@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,9 @@ class RunConfig {
   std::int64_t eval_batch_size() const { return eval_.batch_size; }    ///< eval.batch_size
   std::int64_t eval_max_samples() const { return eval_.max_samples; }  ///< eval.max_samples
   const std::string& precision() const { return precision_; }          ///< run.precision
-  std::int64_t seq_len() const { return seq_len_; }                    ///< model.seq_len (0: none)
+  /// run.tf32 of the run (absent: LibTorch's default); its evaluation computes as it trained.
+  const std::optional<bool>& tf32() const { return tf32_; }
+  std::int64_t seq_len() const { return seq_len_; }        ///< model.seq_len (0: none)
   std::int64_t vocab_size() const { return vocab_size_; }  ///< model.vocab_size (0: none)
   const std::string& model_name() const { return model_name_; }
   const std::string& origin() const { return origin_; }
@@ -64,6 +67,7 @@ class RunConfig {
   std::string test_path_;
   EvalConfig eval_;
   std::string precision_ = "fp32";
+  std::optional<bool> tf32_;
   std::int64_t seq_len_ = 0;
   std::int64_t vocab_size_ = 0;
   std::string model_name_;

@@ -46,6 +46,10 @@ struct LedgerFacts {
   int threads_per_rank = 1;
   std::string device;
   std::string precision = "fp32";  ///< run.precision
+  /// TF32 for float32 CUDA work (run.tf32, else LibTorch's default): matmul, cuDNN, and which.
+  bool tf32_matmul = false;
+  bool tf32_cudnn = true;
+  std::string tf32_source = "LibTorch default";
   std::int64_t skipped_steps = 0;  ///< steps of the run skipped for non-finite gradients
   double loss_scale = 0;           ///< the loss scale at the end (0: no loss scaling)
   std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor

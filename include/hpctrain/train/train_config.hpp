@@ -6,6 +6,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
@@ -37,6 +38,9 @@ struct RunSection {
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;              ///< 0: run.epochs decides; otherwise stop at the smaller
   Precision precision = Precision::kFp32;  ///< run.precision: fp32 | bf16 | fp16
+  /// run.tf32: float32 matrix products and convolutions on CUDA may use TF32 (true) or not
+  /// (false); absent: LibTorch's default, as PyTorch's (matmul off, cuDNN convolutions on).
+  std::optional<bool> tf32;
   double time_limit_s = 0;    ///< run.time_limit (a duration): 0 = none; else save and stop before
   double time_margin_s = 60;  ///< run.time_margin_s: safety margin added to the measured save time
 };

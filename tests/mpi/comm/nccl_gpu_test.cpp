@@ -18,6 +18,15 @@ class NcclTest : public ::testing::Test {
     if (!runtime::cuda_available()) {
       GTEST_SKIP() << "LibTorch has no CUDA support (CPU build); build against a CUDA LibTorch";
     }
+    // NCCL needs one GPU per rank: two ranks of a node on one GPU fail with "Duplicate GPU
+    // detected". Every rank of a node sees the same counts, so all skip together.
+    const int local = runtime::Runtime::current()->local_size();
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    if (local > gpus) {
+      GTEST_SKIP() << local << " ranks on this node but " << gpus
+                   << " GPU(s): NCCL needs a GPU per rank; run with at most " << gpus
+                   << " rank(s) per node";
+    }
   }
 };
 

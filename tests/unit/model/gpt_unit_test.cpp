@@ -11,6 +11,7 @@
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/quantized_linear.hpp"
+#include "hpctrain/model/recompute.hpp"
 #include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -122,6 +123,35 @@ TEST(GptRecompute, GradientsEqualThoseWithoutRecomputation) {
   auto a = gradients("none", 0.2, 5).second;
   auto b = gradients("none", 0.2, 6).second;
   EXPECT_GT((a[0] - b[0]).abs().max().item<double>(), 1e-4);
+}
+
+// The replay runs under the autocast state and dtype forward ran under: a float16 forward
+// (fp16 runs) is replayed in float16, not bfloat16 (issue 26, item 10). On CPU only the thread
+// state can be observed (CPU autocast computes no float16), which is what the replay restores.
+TEST(GptRecompute, ReplayKeepsTheAutocastDtype) {
+  for (auto dtype : {at::kHalf, at::kBFloat16}) {
+    std::vector<std::pair<bool, at::ScalarType>> seen;
+    auto x = torch::ones({3}, torch::requires_grad());
+    torch::Tensor y;
+    {
+      compat::set_cpu_autocast(true, dtype);
+      y = recompute(
+          [&](const std::vector<torch::Tensor>& in) {
+            seen.emplace_back(compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype());
+            return in[0] * 2;
+          },
+          {x});
+      compat::set_cpu_autocast(false, at::kBFloat16);
+    }
+    compat::set_cpu_autocast(false, at::kFloat);  // backward runs under another state
+    y.sum().backward();
+    ASSERT_EQ(seen.size(), 2u);
+    EXPECT_TRUE(seen[1].first) << "the replay ran without autocast";
+    EXPECT_EQ(seen[1].second, dtype) << "the replay ran in another dtype than forward";
+    EXPECT_FALSE(compat::cpu_autocast_enabled()) << "the replay left autocast on";
+    EXPECT_EQ(compat::cpu_autocast_dtype(), at::kFloat) << "the replay left its dtype behind";
+    compat::set_cpu_autocast(false, at::kBFloat16);
+  }
 }
 
 // Every parameter forward reads is handed to the parameter wait before its first use (the

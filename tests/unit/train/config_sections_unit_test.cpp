@@ -43,6 +43,7 @@ TEST(ConfigSections, DefaultsAreDeclaredByTheirLayers) {
   const auto t = train::TrainConfig::from(c, "runs/x");
   EXPECT_EQ(t.run.dir, "runs/x");
   EXPECT_EQ(t.run.precision, train::Precision::kFp32);
+  EXPECT_FALSE(t.run.tf32.has_value());  // LibTorch's default (matmul off, cuDNN on)
   EXPECT_EQ(t.parallel.tp, 1);
   EXPECT_DOUBLE_EQ(t.parallel.bucket_mb, 25);
   EXPECT_EQ(t.parallel.bucket_bytes(), 25LL * 1024 * 1024);  // MiB
@@ -76,6 +77,17 @@ TEST(ConfigSections, EnumsParseFromTheirNames) {
   EXPECT_TRUE(t.eval.metric_set);
   EXPECT_EQ(t.eval.metric, eval::Metric::kPerplexity);
   EXPECT_STREQ(eval::metric_name(t.eval.metric), "perplexity");
+}
+
+// run.tf32 (issue 26, item 9): a bool, absent meaning LibTorch's default; a non-bool names it.
+TEST(ConfigSections, Tf32IsABoolOrLibTorchsDefault) {
+  for (bool on : {false, true}) {
+    Config c = Config::parse(on ? "run: {tf32: true}\n" : "run: {tf32: false}\n", "t.yaml");
+    const auto t = train::TrainConfig::from(c, "runs/x");
+    ASSERT_TRUE(t.run.tf32.has_value());
+    EXPECT_EQ(*t.run.tf32, on);
+  }
+  EXPECT_NE(train_error("run: {tf32: sometimes}\n").find("run.tf32"), std::string::npos);
 }
 
 TEST(ConfigSections, EachSectionNamesTheBadKey) {
