@@ -35,6 +35,37 @@ void set_rng_state(at::Generator generator, const torch::Tensor& state) {
   generator.set_state(state);
 }
 
+// Autocast's thread state for both device types: on or off, and the dtype it casts to. The replay
+// computes as forward computed (float16 for an fp16 run, not bfloat16), whatever the state is
+// when backward runs.
+struct AutocastState {
+  bool cpu = false;
+  at::ScalarType cpu_dtype = at::kBFloat16;
+  bool cuda = false;
+  at::ScalarType cuda_dtype = at::kBFloat16;
+
+  static AutocastState now() {
+    return {compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype(),
+            compat::cuda_autocast_enabled(), compat::cuda_autocast_dtype()};
+  }
+  void apply() const {
+    compat::set_cpu_autocast(cpu, cpu_dtype);
+    compat::set_cuda_autocast(cuda, cuda_dtype);
+  }
+  void save(AutogradContext* ctx) const {
+    ctx->saved_data["autocast_cpu"] = cpu;
+    ctx->saved_data["autocast_cpu_dtype"] = static_cast<int64_t>(cpu_dtype);
+    ctx->saved_data["autocast_cuda"] = cuda;
+    ctx->saved_data["autocast_cuda_dtype"] = static_cast<int64_t>(cuda_dtype);
+  }
+  static AutocastState saved(AutogradContext* ctx) {
+    return {ctx->saved_data["autocast_cpu"].toBool(),
+            static_cast<at::ScalarType>(ctx->saved_data["autocast_cpu_dtype"].toInt()),
+            ctx->saved_data["autocast_cuda"].toBool(),
+            static_cast<at::ScalarType>(ctx->saved_data["autocast_cuda_dtype"].toInt())};
+  }
+};
+
 // Puts the generators (CPU, and the inputs' CUDA device) and autocast back as they were when
 // forward ran, and restores the present ones when the recomputation ends, even on error.
 class ReplayScope {
@@ -42,31 +73,18 @@ class ReplayScope {
   ReplayScope(AutogradContext* ctx, const torch::Device& device)
       : device_(device),
         cpu_now_(rng_state(default_generator(torch::kCPU))),
-        cpu_autocast_(compat::cpu_autocast_enabled()),
-        cuda_autocast_(device.is_cuda() && compat::cuda_autocast_enabled()),
-        cpu_dtype_(compat::cpu_autocast_dtype()),
-        cuda_dtype_(device.is_cuda() ? compat::cuda_autocast_dtype() : at::kBFloat16) {
+        autocast_now_(AutocastState::now()) {
     set_rng_state(default_generator(torch::kCPU), ctx->saved_data["cpu_rng"].toTensor());
-    // The replay computes in the dtype forward computed in (float16 for an fp16 run, not
-    // bfloat16): autocast's state and its dtype both come back.
-    const bool autocast = ctx->saved_data["autocast"].toBool();
-    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt());
     if (device_.is_cuda()) {
       cuda_now_ = rng_state(default_generator(device_));
       set_rng_state(default_generator(device_), ctx->saved_data["cuda_rng"].toTensor());
-      compat::set_cuda_autocast(autocast, dtype);
-    } else {
-      compat::set_cpu_autocast(autocast, dtype);
     }
+    AutocastState::saved(ctx).apply();
   }
   ~ReplayScope() {
     set_rng_state(default_generator(torch::kCPU), cpu_now_);
-    if (device_.is_cuda()) {
-      set_rng_state(default_generator(device_), cuda_now_);
-      compat::set_cuda_autocast(cuda_autocast_, cuda_dtype_);
-    } else {
-      compat::set_cpu_autocast(cpu_autocast_, cpu_dtype_);
-    }
+    if (device_.is_cuda()) set_rng_state(default_generator(device_), cuda_now_);
+    autocast_now_.apply();
     compat::clear_autocast_cache();
   }
 
@@ -74,10 +92,7 @@ class ReplayScope {
   torch::Device device_;
   torch::Tensor cpu_now_;
   torch::Tensor cuda_now_;
-  bool cpu_autocast_;
-  bool cuda_autocast_;
-  at::ScalarType cpu_dtype_;
-  at::ScalarType cuda_dtype_;
+  AutocastState autocast_now_;
 };
 
 class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
@@ -91,10 +106,7 @@ class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     ctx->saved_data["cpu_rng"] = rng_state(default_generator(torch::kCPU));
     if (device.is_cuda()) ctx->saved_data["cuda_rng"] = rng_state(default_generator(device));
-    ctx->saved_data["autocast"] =
-        device.is_cuda() ? compat::cuda_autocast_enabled() : compat::cpu_autocast_enabled();
-    ctx->saved_data["autocast_dtype"] = static_cast<int64_t>(
-        device.is_cuda() ? compat::cuda_autocast_dtype() : compat::cpu_autocast_dtype());
+    AutocastState::now().save(ctx);
     ctx->save_for_backward(inputs);
     // Function::apply runs this with grad mode off: fn keeps no graph and no activations.
     return {holder->fn(inputs)};

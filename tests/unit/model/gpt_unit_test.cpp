@@ -126,31 +126,30 @@ TEST(GptRecompute, GradientsEqualThoseWithoutRecomputation) {
 }
 
 // The replay runs under the autocast state and dtype forward ran under: a float16 forward
-// (fp16 runs) is replayed in float16, not bfloat16 (issue 26, item 10). On CPU only the thread
-// state can be observed (CPU autocast computes no float16), which is what the replay restores.
+// (fp16 runs) is replayed in float16, not bfloat16 (issue 26, item 10). CUDA autocast's state is
+// thread state, set and read without a GPU; the replay must restore it as forward had it and put
+// the present state back afterwards.
 TEST(GptRecompute, ReplayKeepsTheAutocastDtype) {
   for (auto dtype : {at::kHalf, at::kBFloat16}) {
     std::vector<std::pair<bool, at::ScalarType>> seen;
     auto x = torch::ones({3}, torch::requires_grad());
-    torch::Tensor y;
-    {
-      compat::set_cpu_autocast(true, dtype);
-      y = recompute(
-          [&](const std::vector<torch::Tensor>& in) {
-            seen.emplace_back(compat::cpu_autocast_enabled(), compat::cpu_autocast_dtype());
-            return in[0] * 2;
-          },
-          {x});
-      compat::set_cpu_autocast(false, at::kBFloat16);
-    }
-    compat::set_cpu_autocast(false, at::kFloat);  // backward runs under another state
+    compat::set_cuda_autocast(true, dtype);
+    torch::Tensor y = recompute(
+        [&](const std::vector<torch::Tensor>& in) {
+          seen.emplace_back(compat::cuda_autocast_enabled(), compat::cuda_autocast_dtype());
+          return in[0] * 2;
+        },
+        {x});
+    compat::set_cuda_autocast(false, at::kFloat);  // backward runs under another state
     y.sum().backward();
+    const bool after = compat::cuda_autocast_enabled();
+    const auto after_dtype = compat::cuda_autocast_dtype();
+    compat::set_cuda_autocast(false, at::kBFloat16);
     ASSERT_EQ(seen.size(), 2u);
     EXPECT_TRUE(seen[1].first) << "the replay ran without autocast";
     EXPECT_EQ(seen[1].second, dtype) << "the replay ran in another dtype than forward";
-    EXPECT_FALSE(compat::cpu_autocast_enabled()) << "the replay left autocast on";
-    EXPECT_EQ(compat::cpu_autocast_dtype(), at::kFloat) << "the replay left its dtype behind";
-    compat::set_cpu_autocast(false, at::kBFloat16);
+    EXPECT_FALSE(after) << "the replay left autocast on";
+    EXPECT_EQ(after_dtype, at::kFloat) << "the replay left its dtype behind";
   }
 }
 
