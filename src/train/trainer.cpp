@@ -29,6 +29,7 @@
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -56,6 +57,40 @@ namespace hpctrain::train {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+
+// The checks before the first collective (config, data files, model, run directory) run on every
+// rank, and a bad input usually fails every rank alike. They end in an agreement: if any rank
+// failed, every rank throws the lowest failing rank's error as an Agreed one, so that it is
+// printed once (by world rank 0, naming the rank when it was another one) and every rank ends with
+// its exit code by itself, not through MPI_Abort (whose launcher reports, and the stop signal it
+// sends the other ranks, would follow the message). A rank that failed goes straight to its
+// agreement: the others meet it at theirs (the same collective), before any other collective.
+class StartupAgreement {
+ public:
+  explicit StartupAgreement(comm::ControlPlane& world) : world_(world) {}
+
+  /// Collective over the world: throws the agreed error when any rank holds one.
+  void agree(const Error* mine = nullptr) {
+    const std::string problem =
+        mine == nullptr ? std::string() : str(mine->exit_code(), " ", mine->what());
+    const auto first = world_.first_problem(problem);
+    if (!first) return;
+    const std::string& text = first->second;
+    const std::size_t space = text.find(' ');
+    const int code = std::stoi(text.substr(0, space));
+    std::string message = text.substr(space + 1);
+    if (first->first != 0) message = str("rank ", first->first, ": ", message);
+    switch (code) {
+      case kExitUsage: throw AgreedConfigError(message);
+      case kExitData: throw AgreedDataError(message);
+      case kExitCheckpoint: throw AgreedCheckpointError(message);
+      default: throw AgreedError(message, code);
+    }
+  }
+
+ private:
+  comm::ControlPlane& world_;
+};
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -158,6 +193,13 @@ struct Trainer::Impl {
   void parameters_ready() {
     if (shards) shards->wait_parameters();
   }
+  /// Every check on files and sizes, on every rank, before any collective but the startup
+  /// agreements (StartupAgreement). Local but for those.
+  void validate(Config& config, const std::string& default_run_dir, const std::string& resume,
+                StartupAgreement& startup);
+  /// The parts that communicate: parameters broadcast, synchronizers, optimizer, checkpoints,
+  /// the resume. Collective over the world.
+  void build(const std::string& resume);
   void resume(const std::string& resume);
   /// Evaluates at `step`; true when early stopping ends the run. Collective over the world.
   bool run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log, TrainOutcome& outcome);
@@ -171,6 +213,21 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
     : impl_(std::make_unique<Impl>(std::move(env))) {
   Impl& m = *impl_;
   install_tensor_memory_counter();  // before the model, data and state exist: all are counted
+  StartupAgreement startup(*m.env.control.world);
+  try {
+    m.validate(config, default_run_dir, resume, startup);
+  } catch (const Agreed&) {
+    throw;
+  } catch (const Error& e) {
+    startup.agree(&e);  // throws the agreed error
+  }
+  startup.agree();
+  m.build(resume);
+}
+
+void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
+                             const std::string& resume, StartupAgreement& startup) {
+  Impl& m = *this;
   m.cfg = TrainConfig::from(config, default_run_dir);
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
@@ -201,12 +258,14 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
   expect.min_samples = m.global_batch;
   expect.config_key = "data.train";
   // Many files: the world's ranks split their validation (collective; a single file: local).
+  startup.agree();
   m.train_data = data::Dataset::open(cfg.data.train, expect, cfg.data.read_options(),
                                      m.env.control.world.get());
   if (!cfg.data.val.empty()) {
     data::DatasetExpectation val_expect;
     val_expect.seq_len = seq_len;
     val_expect.config_key = "data.val";
+    startup.agree();
     m.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options(),
                                      m.env.control.world.get());
   }
@@ -251,7 +310,12 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
             m.config_text);
     if (!error.empty()) throw ConfigError(str("run.dir = ", cfg.run.dir, ": ", error));
   }
+}
 
+void Trainer::Impl::build(const std::string& resume) {
+  Impl& m = *this;
+  const TrainConfig& cfg = m.cfg;
+  const auto& grid = m.env.grid;
   // Collectives from here on.
   if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
   m.model->to(m.device);

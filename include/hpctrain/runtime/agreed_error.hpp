@@ -37,4 +37,10 @@ class AgreedConfigError : public ConfigError, public Agreed {
   explicit AgreedConfigError(const std::string& message) : ConfigError(message) {}
 };
 
+/// Any other Error (its exit code kept) that every rank raised at once. Local to throw.
+class AgreedError : public Error, public Agreed {
+ public:
+  AgreedError(const std::string& message, int exit_code) : Error(message, exit_code) {}
+};
+
 }  // namespace hpctrain

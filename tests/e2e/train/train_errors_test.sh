@@ -44,4 +44,19 @@ expect_exit 2 "$TMP/over.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set "run.dir=$TMP/skip" --resume none
 expect_grep "already holds checkpoints" "$TMP/over.txt"
 [[ -d $TMP/skip/checkpoints/step_00000008 ]] || fail "the existing checkpoint was touched"
+# One error, one message (issue 32): a config typo, a missing data file and a bad checkpoint
+# option at 2 ranks print exactly one error line, from world rank 0, and no rank reports a stop
+# signal (the launcher is not made to kill them); the exit status stays the documented one.
+for case in "2 --set optim.lrr=3" "3 --set data.train=$TMP/nowhere.h5" "2 --set run.precision=fp8"; do
+  read -r want args <<<"$case"
+  # shellcheck disable=SC2086  # args holds the --set pair
+  expect_exit "$want" "$TMP/once.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+    --set "run.dir=$TMP/once" $args
+  n=$(grep -c "error:" "$TMP/once.txt")
+  [[ $n == 1 ]] || fail "$args: $n error lines, not 1: $(cat "$TMP/once.txt")"
+  grep -q "r0/.*error:" "$TMP/once.txt" || fail "$args: the error line is not world rank 0's"
+  if grep -qE "ORTE_ERROR_LOG|received outside the training step loop|MPI_ABORT" "$TMP/once.txt"; then
+    fail "$args: launcher noise or a stop-signal line: $(cat "$TMP/once.txt")"
+  fi
+done
 finish
