@@ -2,6 +2,7 @@
 # For clusters that do not allow requeue: submits N copies of jobs/train.sbatch, each depending on
 # the previous one (afterany: it starts when the previous ends, however it ended). Each job
 # resumes from the run's latest checkpoint; a job that finds the run complete exits at once.
+# Each job decides from hpctrain's outcome file as well as srun's status (jobs/train.sbatch).
 #
 #   jobs/train-chain.sh 5 [sbatch options...] -- [train arguments...]
 #   CONFIG=configs/gpt-small-tp2.yaml jobs/train-chain.sh 10 --time=04:00:00

@@ -13,6 +13,7 @@
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -29,6 +30,7 @@ struct TrainOptions {
   std::vector<std::string> overrides;
   std::string resume = "auto";
   bool keep_global_batch = false;
+  std::string outcome_file;  ///< --outcome-file (default run.dir/outcome.json)
 };
 TrainOptions g_train;
 
@@ -98,10 +100,16 @@ int run_train(CommandContext& ctx) {
   const int tp = parallel::ParallelConfig::of(config).tp;
   runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
   const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
+  const bool rank0 = ctx.runtime.world_rank() == 0;
+  // The outcome of this start only: the previous start's file goes (a job script reads it).
+  if (!g_train.outcome_file.empty()) runtime::set_outcome_file(g_train.outcome_file, rank0);
   if (g_train.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp);
   Session session = make_session(ctx, tp);
   train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
+  if (g_train.outcome_file.empty())
+    runtime::set_outcome_file(trainer.config().run.dir + "/outcome.json", rank0);
   train::TrainOutcome outcome = trainer.run();
+  if (rank0) runtime::write_outcome(outcome.exit_code, outcome.reason, 0);
   session.control.world->barrier();
   return outcome.exit_code;
 }
@@ -122,6 +130,10 @@ CommandRegistration reg(
                    "Resuming at another data-parallel size (e.g. after losing a node), keep the "
                    "checkpoint's global batch: set optim.grad_accumulation (or else "
                    "data.batch_size) to make up for the ranks gained or lost");
+      app.add_option(
+          "--outcome-file", g_train.outcome_file,
+          "Where to write how the job ended, one JSON line: exit_code, reason, step "
+          "(default run.dir/outcome.json; a caller of mpirun reads the exit code there)");
     },
     run_train);
 

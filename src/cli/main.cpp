@@ -14,6 +14,7 @@
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
@@ -169,11 +170,15 @@ int run_main(int argc, char** argv) {
   } catch (const Error& e) {
     if (dynamic_cast<const Agreed*>(&e) != nullptr) {
       // The same error on every rank: one message, and every rank stops by itself.
-      if (rt.world_rank() == 0) log::error(clip(e.what(), 8000));
+      if (rt.world_rank() == 0) {
+        log::error(clip(e.what(), 8000));
+        runtime::write_outcome(e.exit_code(), clip(e.what(), 2000), 0);
+      }
       return e.exit_code();
     }
     // Messages name values; a huge one (a 1 MB --set value) must not make a huge line.
     log::error(clip(e.what(), 8000));
+    runtime::write_outcome(e.exit_code(), clip(e.what(), 2000), rt.world_rank());
     if (rt.world_size() > 1) runtime::abort_job(e.exit_code());
     return e.exit_code();
   } catch (const std::bad_alloc&) {

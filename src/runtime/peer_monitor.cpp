@@ -25,6 +25,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -303,6 +304,9 @@ void send_to_all(const Message& m, int except_fd = -1) {
                    "): it was stopped or starved for longer than the peer timeout, or the network "
                    "to it broke. Ending with exit code ",
                    static_cast<int>(kExitComm), " (communicator failure)"));
+    write_outcome(kExitComm,
+                  str("the other ranks lost contact with rank ", s.world_rank, " (", how, ")"),
+                  s.world_rank);
     std::fflush(stdout);
     std::fflush(stderr);
     _exit(kExitComm);
@@ -314,6 +318,7 @@ void send_to_all(const Message& m, int except_fd = -1) {
                  " (communicator failure); resume from the latest checkpoint on the nodes left "
                  "(jobs/train.sbatch requeues itself). Tune with --peer-timeout or "
                  "HPCTRAIN_PEER_TIMEOUT."));
+  write_outcome(kExitComm, str("lost ", describe_rank(lost_rank), ": ", how), s.world_rank);
   std::fflush(stdout);
   std::fflush(stderr);
   _exit(kExitComm);

@@ -12,6 +12,7 @@
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -67,6 +68,10 @@ void monitor_loop() {
                      "with --collective-timeout or HPCTRAIN_COLLECTIVE_TIMEOUT if the wait is "
                      "legitimate. Aborting the job."));
       lock.unlock();
+      write_outcome(kExitHang,
+                    str("collective ", slot.operation, " on the ", slot.group,
+                        " group has not completed after ", format_seconds(waited)),
+                    -1);
       abort_job(kExitHang);
     }
   }

@@ -28,10 +28,11 @@
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
-#include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
+#include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -704,6 +705,7 @@ TrainOutcome Trainer::run() {
     local.save_due = m.saves->time_due();
     local.save_pending = m.ckpt->has_pending();
     local.save_writing = m.ckpt->writing();
+    runtime::set_outcome_step(step);
     const comm::StopRequest agreed = stop_agreement.agree(local);
     // A background save that every rank has finished writing: collect its outcome now (no
     // waiting), so a failed save (disk full) ends the run at once, not at the next save.
