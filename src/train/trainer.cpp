@@ -543,6 +543,7 @@ TrainOutcome Trainer::run() {
   Impl& m = *impl_;
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
+  runtime::set_outcome_step(m.state.step);  // a resumed run that trains no step names its step
   RunReport report(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
                    /*resume_step=*/m.state.step);
   RunLog& log = report.log();

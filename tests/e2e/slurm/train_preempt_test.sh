@@ -27,7 +27,7 @@ expect_exit 0 "$TMP/reference.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$config
 # 1 on any other failure (reported).
 interrupt_once() {
   local kind=$1 run=$2 out=$3 job state="" restarts end
-  job=$(cd "$HPCTRAIN_SOURCE_DIR" && HPCTRAIN=$HPCTRAIN_BIN CONFIG=$config timeout 30 sbatch \
+  job=$(cd "$HPCTRAIN_SOURCE_DIR" && HPCTRAIN=$HPCTRAIN_BIN CONFIG=$config OUTCOME_FILE=$run.outcome.json timeout 30 sbatch \
     --parsable --time=5 --output="$out" jobs/train.sbatch "${train_args[@]}" \
     --set "run.dir=$run") || {
     fail "sbatch failed"
@@ -105,6 +105,9 @@ preempt() {
   ((rc == 2)) && fail "$kind: in 3 attempts the interruption never arrived before the last step"
   ((rc == 0)) || return
   expect_grep "stopped after step 4000: completed" "$out"
+  # The last start's outcome file (issue 32): exit 0, complete, at the last step.
+  grep -qE '"exit_code": 0, "reason": "(completed|already complete)", "step": 4000' "$run.outcome.json" ||
+    fail "$kind: the outcome file: $(cat "$run.outcome.json" 2>&1)"
   "${compare[@]}" "$TMP/reference" "$run" || fail "$kind: resumed run differs from the reference"
 }
 
