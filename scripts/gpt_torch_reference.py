@@ -14,7 +14,7 @@ formula hpctrain's ledger uses (Gpt::forward_flops_per_sample, times 3 for train
         --set run.max_steps=12 --nproc 2 --warmup-steps 2 --json
 
 Used by scripts/bench_gpt.sh and scripts/gpu_check.sh. Needs torch, yaml and h5py (Debian:
-python3-torch python3-yaml python3-h5py); without h5py it reads the kit's NAME.tokens.npy copy.
+python3-torch python3-yaml python3-h5py); without h5py it reads the kit's NAME.tokens.npz copy.
 """
 import argparse
 import json
@@ -143,13 +143,13 @@ def lr_at(cfg, step, total):
 
 def read_tokens(path):
     """The token stream of an hpctrain text file; without h5py (a GPU machine's python may lack
-    it), the copy beside it that scripts/gpu_kit.sh writes (NAME.tokens.npy)."""
+    it), the copy beside it that scripts/gpu_kit.sh writes (NAME.tokens.npz)."""
     try:
         import h5py
     except ImportError:
-        sidecar = os.path.splitext(path)[0] + ".tokens.npy"
+        sidecar = os.path.splitext(path)[0] + ".tokens.npz"
         if os.path.exists(sidecar):
-            return np.load(sidecar)
+            return np.load(sidecar)["tokens"]
         raise SystemExit(f"gpt_torch_reference.py: no h5py to read {path}, and no {sidecar}")
     with h5py.File(path, "r") as f:
         return f["tokens"][:]
