@@ -274,6 +274,14 @@ copy(f"{raw}/fashion-mnist/train.h5", f"{out}/fashion-mnist/train.h5", 12800)
 copy(f"{raw}/fashion-mnist/test.h5", f"{out}/fashion-mnist/test.h5", 2000)
 copy(f"{raw}/text/train.h5", f"{out}/text/train.h5", 0)
 copy(f"{raw}/text/val.h5", f"{out}/text/val.h5", 0)
+# For a python without h5py on the GPU machine: the first 256 test images (gpu_check.sh's
+# onnxruntime phase) and the token streams (scripts/gpt_torch_reference.py), as numpy files.
+import numpy as np
+with h5py.File(f"{out}/fashion-mnist/test.h5", "r") as f:
+    np.save(f"{out}/fashion-mnist/test-inputs-256.npy", f["inputs"][:256])
+for split in ("train", "val"):
+    with h5py.File(f"{out}/text/{split}.h5", "r") as f:
+        np.savez_compressed(f"{out}/text/{split}.tokens.npz", tokens=f["tokens"][:])
 PY
 rm -rf "$raw"
 echo "gpu_kit: $kit/data: $(($(du -sk "$kit/data" | cut -f1) / 1024)) MiB (Fashion-MNIST subset, fortunes)"
