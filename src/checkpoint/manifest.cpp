@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <memory>
@@ -50,6 +51,50 @@ void require(bool ok, const std::string& what, const std::string& problem) {
 
 bool is_int(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number_integer();
+}
+
+// A field whose type is right but whose value cannot be (a manifest edited and resealed, or
+// written by a faulty tool): names the field, its value and what it must be.
+void require_value(bool ok, const std::string& what, const std::string& field,
+                   const nlohmann::json& value, const std::string& must) {
+  if (!ok) {
+    throw CheckpointError(str(what, ": ", field, " is ", clip(compact(value), 80), " but ", must,
+                              ": the manifest was edited or damaged after it was written "
+                              "(its checksum was recomputed); resume from another checkpoint"));
+  }
+}
+
+// The values' ranges and their consistency with each other and with the tensors, once every
+// field has its type (docs/CHECKPOINTS.md, "Trust"). What only the trainer can judge (the
+// sample position against the data) is checked when it resumes (train/resume_checks.hpp).
+void check_values(const nlohmann::json& j, const std::string& what) {
+  for (const char* key : {"step", "epoch", "consumed_samples"}) {
+    require_value(j.at(key).get<std::int64_t>() >= 0, what, key, j.at(key),
+                  "it must be a non-negative integer");
+  }
+  const auto& grid = j.at("grid");
+  std::int64_t product = 1;
+  for (const auto& [axis, size] : grid.items()) {
+    require_value(size.is_number_integer() && size.get<std::int64_t>() >= 1 &&
+                      size.get<std::int64_t>() <= (std::int64_t{1} << 20),
+                  what, "grid." + axis, size, "every grid size must be a positive integer");
+    product = std::min(product * size.get<std::int64_t>(), std::int64_t{1} << 40);
+  }
+  const auto world = j.at("world_size").get<std::int64_t>();
+  require_value(world >= 1 && world == product, what, "world_size", j.at("world_size"),
+                str("the grid ", compact(grid), " says ", product,
+                    " ranks: world_size must be the product of the grid's sizes"));
+  const auto tp = grid.at("tp").get<std::int64_t>();
+  for (const auto& [name, t] : j.at("tensors").items()) {
+    if (!t.contains("saved_tp")) continue;
+    require_value(t.at("saved_tp").is_number_integer() && t.at("saved_tp").get<std::int64_t>() == tp,
+                  what, str("tensors['", clip(name), "'].saved_tp"), t.at("saved_tp"),
+                  str("the grid says tp=", tp));
+  }
+  if (j.contains("rng") && j.at("rng").is_object()) {
+    require_value(j.at("rng").at("ranks").get<std::int64_t>() == world, what, "rng.ranks",
+                  j.at("rng").at("ranks"), str("it must be world_size, ", world));
+  }
 }
 
 }  // namespace
@@ -213,6 +258,7 @@ nlohmann::json parse_manifest(const std::string& text, const std::string& what) 
             str("tensor '", name, "' is in file '", t.at("file").get<std::string>(),
                 "', which \"files\" does not list"));
   }
+  check_values(j, what);
   return j;
 }
 

@@ -71,7 +71,7 @@ int run_compress(CommandContext& ctx) {
   const std::string run_dir = fs::path(dir).parent_path().parent_path().string();
   std::string origin;
   const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
-  eval::RunConfig config(text, origin);
+  eval::RunConfig config = eval::RunConfig::parse_stored(text, origin, dir);
   torch::manual_seed(0);
   auto model = config.build_model(model::ModelContext{});
   auto records = eval::model_records(*model);

@@ -99,7 +99,7 @@ int run_export(CommandContext& ctx) {
   const std::string run_dir = fs::path(dir).parent_path().parent_path().string();
   std::string origin;
   const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
-  eval::RunConfig config(text, origin);
+  eval::RunConfig config = eval::RunConfig::parse_stored(text, origin, dir);
   const std::string& format = g_export.format;
   const bool torchscript_run = config.model_name() == "torchscript";
   const bool gpt = config.model_name() == "gpt";

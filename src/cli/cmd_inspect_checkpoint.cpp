@@ -5,14 +5,17 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "command.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
+#include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/train/resume_checks.hpp"
 
 namespace hpctrain::cli {
 namespace {
@@ -129,10 +132,30 @@ int run_inspect_checkpoint(CommandContext& ctx) {
       throw CheckpointError(str("no checkpoint in ", checkpoint::checkpoints_dir(*run_dir)));
     }
   }
-  std::cout << describe(dir, checkpoint::read_manifest(dir)) << std::flush;
+  const nlohmann::json manifest = checkpoint::read_manifest(dir);
+  std::cout << describe(dir, manifest) << std::flush;
+  // What a resume would refuse in the trainer state (no files read): reported with or without
+  // --no-verify, with the same words as `train --resume`.
+  std::vector<std::string> problems = train::resume_state_problems(manifest, {});
+  if (g_args.verify) {
+    const checkpoint::Verification v = checkpoint::verify(dir);
+    if (!v.ok) throw CheckpointError(str(dir, " does not verify: ", v.reason));
+    // The stored config is part of the checkpoint: `eval` rebuilds the model from it.
+    if (manifest.at("files").contains("config.yaml")) {
+      std::ifstream in(dir + "/config.yaml");
+      std::ostringstream text;
+      text << in.rdbuf();
+      eval::RunConfig::parse_stored(text.str(), dir + "/config.yaml", dir);
+    }
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
+    throw CheckpointError(str(dir, " does not verify: manifest.json: ", list,
+                              ": the manifest was edited or damaged after it was written (its "
+                              "checksum was recomputed)"));
+  }
   if (!g_args.verify) return 0;
-  const checkpoint::Verification v = checkpoint::verify(dir);
-  if (!v.ok) throw CheckpointError(str(dir, " does not verify: ", v.reason));
   std::cout << "verified: every file has its recorded size and xxh3 checksum, every tensor its "
                "recorded shape\n"
             << std::flush;

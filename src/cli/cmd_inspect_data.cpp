@@ -34,6 +34,14 @@ CommandRegistration reg(
                      "Window length for token files (they do not store one)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
+      app.add_option("--batch-size", g_inspect.options.batch_size,
+                     "Per-rank batch (data.batch_size) the memory figure is given for")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str();
+      app.add_option("--prefetch", g_inspect.options.prefetch,
+                     "Batches read ahead (data.prefetch) in the memory figure")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
     },
     run_inspect_data, runtime::Runtime::Start::kLocal);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
@@ -135,7 +136,16 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
       }
     }
     p.config_text = RunConfig::read_text(dir, run_dir, p.config_origin);
-    RunConfig config(p.config_text, p.config_origin);
+    std::optional<RunConfig> parsed;
+    try {
+      parsed.emplace(RunConfig::parse_stored(p.config_text, p.config_origin, dir));
+    } catch (const CheckpointError& e) {
+      p.status = "bad";
+      p.message = e.what();
+      p.config_text.clear();
+      return p;
+    }
+    const RunConfig& config = *parsed;
     EvalKey& key = p.key;
     key.step = p.step;
     key.checkpoint_xxh3 = manifest.value("manifest_xxh3", std::string());

@@ -13,6 +13,7 @@
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/batch_size_search.hpp"
@@ -22,6 +23,7 @@
 #include "hpctrain/eval/result_store.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -222,9 +224,10 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
   const CheckpointPlan plan = CheckpointPlan::from_json(nlohmann::json::parse(decide(text)));
-  if (plan.status == "error") throw Error(plan.message, plan.code);
+  // Decided on rank 0 and broadcast: every rank raises it, world rank 0 prints it (one message).
+  if (plan.status == "error") throw AgreedError(plan.message, plan.code);
   if (plan.status == "gone" || plan.status == "bad") {
-    if (strict) throw CheckpointError(plan.message);
+    if (strict) throw AgreedCheckpointError(plan.message);
     if (plan.status == "gone") {
       log::warn(str("skipped ", dir,
                     ": it was deleted (checkpoint retention) before it could be "
@@ -241,19 +244,28 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     return Outcome::kDone;
   }
 
-  // Every rank: the same config text, so the same model, data and errors everywhere.
-  RunConfig config(plan.config_text, plan.config_origin);
-  data::Dataset& data = dataset(plan, config);
-  model::Model& model = model_for(config);
-  model.clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
-  check_data_fits_model(model, data, plan.data_key, config.vocab_size());
+  // Every rank: the same config text, so the same model, data and errors everywhere; an error
+  // is agreed on and printed once (comm/startup_agreement.hpp).
   const bool compressed_checkpoint = !plan.compression.is_null();
   const bool compress_now = options.compression.any();
-  if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
-    throw ConfigError(
-        str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
-            "tensor-parallel checkpoint is gathered to its logical tensors)"));
-  }
+  std::optional<RunConfig> stored;
+  data::Dataset* data_file = nullptr;
+  model::Model* built = nullptr;
+  comm::StartupAgreement(*env.control.world).run([&] {
+    stored.emplace(plan.config_text, plan.config_origin);
+    data_file = &dataset(plan, *stored);
+    built = &model_for(*stored);
+    built->clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
+    check_data_fits_model(*built, *data_file, plan.data_key, stored->vocab_size());
+    if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
+      throw ConfigError(
+          str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
+              "tensor-parallel checkpoint is gathered to its logical tensors)"));
+    }
+  });
+  RunConfig& config = *stored;
+  data::Dataset& data = *data_file;
+  model::Model& model = *built;
   std::map<std::string, model::Int8Weight> int8;
   auto records = compressed_checkpoint ? compressed_records(model, plan.compression, int8)
                                        : model_records(model);
@@ -359,7 +371,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   }
   problem = nlohmann::json::parse(decide(problem.dump()));
   if (problem.is_object()) {
-    throw Error(problem.at("message").get<std::string>(), problem.at("code").get<int>());
+    throw AgreedError(problem.at("message").get<std::string>(), problem.at("code").get<int>());
   }
   return Outcome::kEvaluated;
 }
@@ -456,7 +468,7 @@ int OfflineEvaluator::evaluate_checkpoint(const std::string& path) {
   }
   where = nlohmann::json::parse(m.decide(where.dump()));
   if (where.contains("error")) {
-    throw Error(where.at("error").get<std::string>(), where.at("code").get<int>());
+    throw AgreedError(where.at("error").get<std::string>(), where.at("code").get<int>());
   }
   const std::string run_dir = where.at("run_dir").get<std::string>();
   m.run_one(run_dir, where.at("dir").get<std::string>(), true);
@@ -475,7 +487,7 @@ int OfflineEvaluator::evaluate_run(const std::string& run_dir) {
     }
   }
   listing = nlohmann::json::parse(m.decide(listing.dump()));
-  if (listing.contains("error")) throw ConfigError(listing.at("error").get<std::string>());
+  if (listing.contains("error")) throw AgreedConfigError(listing.at("error").get<std::string>());
   const auto dirs = listing.at("dirs").get<std::vector<std::string>>();
   if (dirs.empty()) {
     log::info(str("no committed checkpoints in ", checkpoint::checkpoints_dir(run_dir)));

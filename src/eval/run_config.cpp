@@ -57,6 +57,18 @@ std::string RunConfig::read_text(const std::string& checkpoint_dir, const std::s
                         "train, inside its run directory"));
 }
 
+RunConfig RunConfig::parse_stored(const std::string& text, const std::string& origin,
+                                  const std::string& checkpoint_dir) {
+  try {
+    return RunConfig(text, origin);
+  } catch (const ConfigError& e) {
+    if (origin.rfind(checkpoint_dir + "/", 0) != 0) throw;
+    throw CheckpointError(str("checkpoint '", checkpoint_dir,
+                              "' does not verify: its config.yaml does not parse: ", e.what(),
+                              ": the checkpoint was damaged or edited; use another checkpoint"));
+  }
+}
+
 std::shared_ptr<model::Model> RunConfig::build_model(const model::ModelContext& ctx) {
   auto section = config_.section("model");
   return model::build_model(section, ctx);

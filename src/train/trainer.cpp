@@ -15,8 +15,10 @@
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/device_copy.hpp"
+#include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
+#include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/train_loader.hpp"
 #include "hpctrain/eval/evaluator.hpp"
@@ -43,6 +45,7 @@
 #include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
+#include "hpctrain/train/resume_checks.hpp"
 #include "input_checks.hpp"
 #include "memory_facts.hpp"
 #include "profile_session.hpp"
@@ -58,40 +61,6 @@ namespace hpctrain::train {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// The checks before the first collective (config, data files, model, run directory) run on every
-// rank, and a bad input usually fails every rank alike. They end in an agreement: if any rank
-// failed, every rank throws the lowest failing rank's error as an Agreed one, so that it is
-// printed once (by world rank 0, naming the rank when it was another one) and every rank ends with
-// its exit code by itself, not through MPI_Abort (whose launcher reports, and the stop signal it
-// sends the other ranks, would follow the message). A rank that failed goes straight to its
-// agreement: the others meet it at theirs (the same collective), before any other collective.
-class StartupAgreement {
- public:
-  explicit StartupAgreement(comm::ControlPlane& world) : world_(world) {}
-
-  /// Collective over the world: throws the agreed error when any rank holds one.
-  void agree(const Error* mine = nullptr) {
-    const std::string problem =
-        mine == nullptr ? std::string() : str(mine->exit_code(), " ", mine->what());
-    const auto first = world_.first_problem(problem);
-    if (!first) return;
-    const std::string& text = first->second;
-    const std::size_t space = text.find(' ');
-    const int code = std::stoi(text.substr(0, space));
-    std::string message = text.substr(space + 1);
-    if (first->first != 0) message = str("rank ", first->first, ": ", message);
-    switch (code) {
-      case kExitUsage: throw AgreedConfigError(message);
-      case kExitData: throw AgreedDataError(message);
-      case kExitCheckpoint: throw AgreedCheckpointError(message);
-      default: throw AgreedError(message, code);
-    }
-  }
-
- private:
-  comm::ControlPlane& world_;
-};
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -197,7 +166,7 @@ struct Trainer::Impl {
   /// Every check on files and sizes, on every rank, before any collective but the startup
   /// agreements (StartupAgreement). Local but for those.
   void validate(Config& config, const std::string& default_run_dir, const std::string& resume,
-                StartupAgreement& startup);
+                comm::StartupAgreement& startup);
   /// The parts that communicate: parameters broadcast, synchronizers, optimizer, checkpoints,
   /// the resume. Collective over the world.
   void build(const std::string& resume);
@@ -214,20 +183,14 @@ Trainer::Trainer(Config& config, const std::string& default_run_dir, comm::Envir
     : impl_(std::make_unique<Impl>(std::move(env))) {
   Impl& m = *impl_;
   install_tensor_memory_counter();  // before the model, data and state exist: all are counted
-  StartupAgreement startup(*m.env.control.world);
-  try {
-    m.validate(config, default_run_dir, resume, startup);
-  } catch (const Agreed&) {
-    throw;
-  } catch (const Error& e) {
-    startup.agree(&e);  // throws the agreed error
-  }
-  startup.agree();
+  // One error, one message (comm/startup_agreement.hpp).
+  comm::StartupAgreement startup(*m.env.control.world);
+  startup.run([&] { m.validate(config, default_run_dir, resume, startup); });
   m.build(resume);
 }
 
 void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
-                             const std::string& resume, StartupAgreement& startup) {
+                             const std::string& resume, comm::StartupAgreement& startup) {
   Impl& m = *this;
   m.cfg = TrainConfig::from(config, default_run_dir);
   const TrainConfig& cfg = m.cfg;
@@ -271,6 +234,16 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
                                      m.env.control.world.get());
   }
 
+  // What reading takes in memory, from the metadata, before a batch is allocated: a shape that
+  // declares samples beyond memory is exit 3 with the figure (docs/DATA.md, "Memory").
+  data::check_reader_memory(
+      data::reader_memory(m.train_data->info(), m.micro_batch, cfg.data.prefetch), 0,
+      "data.train", m.train_data->info());
+  if (m.val_data) {
+    data::check_reader_memory(
+        data::reader_memory(m.val_data->info(), cfg.eval.batch_size, cfg.data.prefetch), 0,
+        "data.val", m.val_data->info());
+  }
   check_model_input_fits_data(model_section, m.train_data->info(), "data.train");
   if (m.val_data) check_model_input_fits_data(model_section, m.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
@@ -374,6 +347,17 @@ void Trainer::Impl::resume(const std::string& resume) {
   restore_sharded_state(sharded_state, shards.get());
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
+  // The same broadcast manifest and data on every rank: every rank finds the same problems.
+  const auto problems = resume_state_problems(
+      loaded.manifest, {sampler->num_samples(), env.runtime.world_size()});
+  if (!problems.empty()) {
+    std::string list;
+    for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
+    throw AgreedCheckpointError(
+        str("checkpoint ", loaded.path, ": manifest.json: ", list,
+            ": the manifest was edited or damaged after it was written (its checksum was "
+            "recomputed); resume from another checkpoint"));
+  }
   const data::SampleOrder order =
       restore_data_state(ts, train_data->info(), cfg.data.allow_changed_files, state.sampler);
   if (order != sampler->order()) {  // the checkpoint's order continues (docs/DATA.md)
@@ -559,6 +543,8 @@ TrainOutcome Trainer::run() {
                   info.sources.empty() ? std::string() : str(", ", info.sources.size(), " sources"),
                   "; sample order ", data::sample_order_name(m.sampler->order()),
                   ", sampler memory ", format_bytes(static_cast<double>(m.sampler->memory_bytes())),
+                  " per rank; reader memory ",
+                  format_bytes(data::reader_memory(info, m.micro_batch, cfg.data.prefetch).total()),
                   " per rank"));
   }
   if (m.state.step >= m.total_steps && m.state.step > 0) {

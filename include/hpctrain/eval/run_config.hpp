@@ -33,6 +33,11 @@ class RunConfig {
   /// Sets `origin` to the file read. Throws ConfigError when neither exists. Local.
   static std::string read_text(const std::string& checkpoint_dir, const std::string& run_dir,
                                std::string& origin);
+  /// Parses the config read_text found for `checkpoint_dir`: one that does not parse is a damaged
+  /// checkpoint (CheckpointError, exit 4) when it is the checkpoint's own config.yaml, a config
+  /// error (exit 2) when it is the run directory's. Local.
+  static RunConfig parse_stored(const std::string& text, const std::string& origin,
+                                const std::string& checkpoint_dir);
 
   /// Builds the model of the `model` section (random weights; load a checkpoint into it).
   /// Local, except that tensor-parallel models may run collectives over ctx.tp.

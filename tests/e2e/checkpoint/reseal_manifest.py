@@ -5,6 +5,9 @@ against the files can catch it. Used by the e2e tests of issue 18.
 
     reseal_manifest.py CHECKPOINT_DIR 'PYTHON EXPRESSION ON m'   e.g. 'm["trainer_state"] = None'
 
+The expression may call put(NAME, BYTES): replaces the checkpoint's file NAME and records its new
+size and xxh3 in m["files"], so that the file passes the checksums too.
+
 The seal is xxh3-64 (libxxhash, through ctypes) of the compact JSON dump of every other field,
 keys sorted, as nlohmann::json writes it (docs/CHECKPOINTS.md)."""
 import ctypes
@@ -21,6 +24,12 @@ def seal(manifest):
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
     manifest["manifest_xxh3"] = "%016x" % xxhash.XXH3_64bits(text, len(text))
     return manifest
+
+
+def put(name, data):
+    with open(f"{sys.argv[1]}/{name}", "wb") as f:
+        f.write(data)
+    m["files"][name] = {"bytes": len(data), "xxh3": "%016x" % xxhash.XXH3_64bits(data, len(data))}
 
 
 path = sys.argv[1] + "/manifest.json"
