@@ -11,6 +11,7 @@
 #include "hpctrain/checkpoint/checkpoint_manager.hpp"
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/watchdog.hpp"
@@ -176,8 +177,15 @@ Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>
     }
   }
   text = m.world->broadcast(text);
-  if (text.rfind("error:", 0) == 0) throw CheckpointError(text.substr(6));
-  const nlohmann::json manifest = parse_manifest(text.substr(3), manifest_path);  // same on all
+  // The same text on every rank, so the same verdict: an error is raised by every rank at once
+  // and printed once (runtime/agreed_error.hpp).
+  if (text.rfind("error:", 0) == 0) throw AgreedCheckpointError(text.substr(6));
+  nlohmann::json manifest;
+  try {
+    manifest = parse_manifest(text.substr(3), manifest_path);
+  } catch (const CheckpointError& e) {
+    throw AgreedCheckpointError(e.what());
+  }
 
   std::string problem = check_targets(dir, manifest, targets, ctx.tp_size);
   if (problem.empty()) {

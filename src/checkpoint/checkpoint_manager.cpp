@@ -406,7 +406,8 @@ std::optional<std::string> CheckpointManager::resolve(const std::string& resume)
                                      : std::string("none");
   }
   decision = m.world->broadcast(decision);
-  if (decision.rfind("error:", 0) == 0) throw CheckpointError(decision.substr(6));
+  // Decided on world rank 0 and broadcast: every rank raises it, and it is printed once.
+  if (decision.rfind("error:", 0) == 0) throw AgreedCheckpointError(decision.substr(6));
   if (decision == "none") return std::nullopt;
   return decision.substr(5);
 }

@@ -3,7 +3,7 @@
 # (a keyed order: no per-sample memory), and trains 10 steps at 2 ranks with a peak resident
 # memory per rank within 64 MiB of the same run on a 10^5-sample file (a held order of 10^9
 # samples would take 8 GB per rank). `inspect data` states the reader's and the sampler's memory.
-# A classification file that declares samples of 10^9 bytes each (issue 32, item 5) is refused
+# A classification file that declares samples of 10^12 bytes each (issue 32, item 5) is refused
 # before anything is allocated by `inspect data` and `train` (exit 3, with the figure), where it
 # used to pass inspection and die with "out of memory".
 source "$(dirname "$0")/../lib.sh"
@@ -43,16 +43,16 @@ expect_grep "^memory    reader .* per rank at data.batch_size 64 \(64 samples x 
 import sys
 import h5py, numpy as np
 with h5py.File(f"{sys.argv[1]}/wide.h5", "w") as f:
-    f.create_dataset("inputs", shape=(100, 10**9), dtype=np.uint8, chunks=(1, 2**20))
+    f.create_dataset("inputs", shape=(100, 10**12), dtype=np.uint8, chunks=(1, 2**20))
     f.create_dataset("labels", data=np.zeros(100, np.int64)).attrs["num_classes"] = 2
 PY
 expect_exit 3 "$TMP/inspect-wide.txt" timeout 60 "$HPCTRAIN_BIN" inspect data "$TMP/wide.h5"
-expect_grep "data: reading .*wide.h5 \(100 samples of \[1000000000\] uint8\) takes [0-9.]+ GiB per rank \(64 samples x 4.7 GiB x 6 batches .*more than half of this machine's memory" "$TMP/inspect-wide.txt"
+expect_grep "data: reading .*wide.h5 \(100 samples of \(1000000000000,\) uint8\) takes [0-9.]+ PiB per rank \(64 samples x 4.5 TiB x 6 batches .*more than half of this machine's memory" "$TMP/inspect-wide.txt"
 if grep -q "^valid" "$TMP/inspect-wide.txt"; then fail "inspect data called the wide file valid"; fi
 expect_exit 3 "$TMP/train-wide.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
   -c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$TMP/wide.h5" --set data.val= \
   --set data.batch_size=2 --set "run.dir=$TMP/wide"
-expect_grep "data.train: reading .*wide.h5 .* takes [0-9.]+ GiB per rank \(2 samples x 4.7 GiB x 6 batches" "$TMP/train-wide.txt"
+expect_grep "data.train: reading .*wide.h5 .* takes [0-9.]+ TiB per rank \(2 samples x 4.5 TiB x 4 batches \(data.prefetch 2 \+ 2\)" "$TMP/train-wide.txt"
 n=$(grep -c "error:" "$TMP/train-wide.txt")
 [[ $n == 1 ]] || fail "train on the wide file: $n error lines at 2 ranks, not 1"
 if grep -qiE "out of memory|bad_alloc" "$TMP/train-wide.txt"; then fail "the wide file was allocated"; fi
