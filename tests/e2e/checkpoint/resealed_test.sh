@@ -22,6 +22,15 @@ expect_exit 0 "$TMP/plain.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" 
   --set "run.dir=$TMP/plain" --resume "$TMP/plain/checkpoints/step_00000020"
 expect_grep "resumed from .*step_00000020 at step 20" "$TMP/plain.txt"
 
+one_error_line() {  # one_error_line WHAT LOG: 2 ranks printed one error and no launcher noise
+  local n
+  n=$(grep -c "error:" "$2")
+  [[ $n == 1 ]] || fail "$1: $n error lines at 2 ranks, not 1"
+  if grep -qE "ORTE_ERROR_LOG|MPI_ABORT|unexpected failure|json.exception|outside the training" "$2"; then
+    fail "$1: launcher noise or a raw exception: $(cat "$2")"
+  fi
+}
+
 # NAME|EDIT (python on the manifest m)|what the message says|does eval check it
 cases=(
   "world0|m['world_size'] = 0|world_size is 0 but the grid \{\"dp\":2,\"tp\":1\} says 2 ranks|eval"
@@ -49,16 +58,13 @@ for spec in "${cases[@]}"; do
   expect_exit 4 "$TMP/$name-train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
     --set run.max_steps=30 --set "run.dir=$TMP/$name" --resume "$ckpt"
   expect_grep "$message" "$TMP/$name-train.txt"
-  n=$(grep -c "error:" "$TMP/$name-train.txt")
-  [[ $n == 1 ]] || fail "$name: $n error lines at 2 ranks, not 1"
-  if grep -qE "ORTE_ERROR_LOG|MPI_ABORT|unexpected failure|json.exception" "$TMP/$name-train.txt"; then
-    fail "$name: launcher noise or a raw exception: $(cat "$TMP/$name-train.txt")"
-  fi
+  one_error_line "$name train" "$TMP/$name-train.txt"
   expect_exit 4 "$TMP/$name-inspect.txt" "$HPCTRAIN_BIN" inspect checkpoint "$ckpt"
   expect_grep "$message" "$TMP/$name-inspect.txt"
   if [[ -n $eval_checks ]]; then
     expect_exit 4 "$TMP/$name-eval.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
     expect_grep "$message" "$TMP/$name-eval.txt"
+    one_error_line "$name eval" "$TMP/$name-eval.txt"
   fi
   # resume = auto skips it with the reason and falls back to step 10.
   [[ -n $eval_checks ]] && {
@@ -76,6 +82,7 @@ ckpt=$TMP/utf8/checkpoints/step_00000020
 "${reseal[@]}" "$ckpt" "put('config.yaml', open('$ckpt/config.yaml', 'rb').read() + b'# caf\\xe9\\n')"
 expect_exit 4 "$TMP/utf8-eval.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt"
 expect_grep "its config.yaml does not parse: .*byte 0xe9 at line [0-9]+ is not UTF-8" "$TMP/utf8-eval.txt"
+one_error_line "utf8 eval" "$TMP/utf8-eval.txt"
 expect_exit 4 "$TMP/utf8-inspect.txt" "$HPCTRAIN_BIN" inspect checkpoint "$ckpt"
 expect_grep "its config.yaml does not parse: .*byte 0xe9 at line [0-9]+ is not UTF-8" "$TMP/utf8-inspect.txt"
 finish
