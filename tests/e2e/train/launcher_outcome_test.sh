@@ -2,6 +2,8 @@
 # The outcome file (issue 32): a signal to mpirun itself (SIGTERM, SIGINT) and a rank killed with
 # SIGKILL. OpenMPI's mpirun returns 1 and 137 there, not the ranks' 75 and 5; RUN_DIR/outcome.json
 # holds the ranks' code, reason and step, written atomically, and each start removes the last one.
+# SIGUSR1 mpirun forwards without aborting: it returns the ranks' 75, and jobs/mpirun-stop.sh turns
+# a TERM or INT it receives into that USR1, so its caller sees 75.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
@@ -13,10 +15,17 @@ outcome_of() {
   "$PY" -c 'import json,sys; o=json.load(open(sys.argv[1])); print(o["exit_code"], o["step"], o["reason"])' \
     "$1/outcome.json" 2>/dev/null
 }
-# start RUN: the job in its own session, in the background; waits for its first logged step.
+# start RUN [WRAPPER]: the job in its own session, in the background (through WRAPPER, which takes
+# mpirun's arguments, if given); waits for its first logged step.
 start() {
-  # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
-  setsid $HPCTRAIN_MPIEXEC -np 2 "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/$1" \
+  local launch
+  read -ra launch <<<"$HPCTRAIN_MPIEXEC"
+  # A background command of a script starts with SIGINT ignored, and a shell cannot trap what it
+  # started with ignored: the wrapper gets SIGINT's default back, as from a terminal or `timeout`.
+  [[ -n ${2:-} ]] && launch=("$PY" -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' env "HPCTRAIN_MPIRUN=${launch[0]}" "$2" "${launch[@]:1}")
+  setsid "${launch[@]}" -np 2 "$HPCTRAIN_BIN" train "${common[@]}" --set "run.dir=$TMP/$1" \
     >"$TMP/$1.txt" 2>&1 &
   job=$!
   for _ in $(seq 1 300); do
@@ -50,6 +59,23 @@ for sig in TERM INT; do
     fail "SIG$sig: outcome reason '$reason', step '$step'"
   [[ -d $TMP/sig-$sig/checkpoints/step_$(printf %08d "$step") ]] ||
     fail "SIG$sig: no checkpoint of the outcome's step $step"
+done
+
+# SIGUSR1 to mpirun, and TERM or INT to jobs/mpirun-stop.sh: the caller sees the ranks' 75.
+check_75() {  # check_75 NAME WHAT
+  finish_job
+  [[ $rc == 75 ]] || fail "$2: exit $rc, not 75: $(tail -3 "$TMP/$1.txt")"
+  read -r code step reason <<<"$(outcome_of "$TMP/$1")"
+  [[ $code == 75 && $reason == *"received: saved, requeue to resume"* ]] ||
+    fail "$2: outcome '$code $reason'"
+}
+start usr1
+kill -USR1 "$job"
+check_75 usr1 "SIGUSR1 to mpirun"
+for sig in TERM INT; do
+  start "wrapped-$sig" "$HPCTRAIN_SOURCE_DIR/jobs/mpirun-stop.sh"
+  kill -"$sig" "$job"
+  check_75 "wrapped-$sig" "SIG$sig to jobs/mpirun-stop.sh"
 done
 
 # A rank killed: the survivor writes exit 5, naming the lost rank.
