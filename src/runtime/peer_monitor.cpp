@@ -27,6 +27,7 @@
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::runtime {
@@ -89,6 +90,7 @@ struct State {
   std::vector<Endpoint> endpoints;
   std::vector<Link> links;
   std::string off_reason;
+  bool abort_noted = false;  // a rank's abort announcement was noted and passed along
 };
 
 State& state() {
@@ -344,8 +346,17 @@ bool drain(Link& link, Clock::time_point now) {
       used += sizeof(m);
       if (m.magic != kMagic || m.token != s.token) continue;
       switch (m.type) {
-        case kBye:
-        case kAbort: link.finished = true; break;
+        case kBye: link.finished = true; break;
+        case kAbort:
+          link.finished = true;
+          // Along the ring once, so that every rank knows the launcher's coming stop signal is
+          // that rank's error, not a request to stop (stop_signals.hpp, note_job_abort).
+          if (static_cast<int>(m.subject) != s.world_rank && !s.abort_noted) {
+            s.abort_noted = true;
+            note_job_abort(static_cast<int>(m.subject), static_cast<int>(m.detail));
+            send_to_all(m, link.fd);
+          }
+          break;
         case kLost:
           lost(static_cast<int>(m.subject), static_cast<int>(m.from), m.detail,
                m.silent_ms / 1000.0);
@@ -519,12 +530,14 @@ void PeerMonitor::stop() {
   s.timeout_s = 0;
 }
 
-void PeerMonitor::announce_abort() {
+void PeerMonitor::announce_abort(int exit_code) {
   State& s = state();
   if (!s.running.load()) return;
   Message m;
   m.type = kAbort;
   m.from = static_cast<std::uint32_t>(s.world_rank);
+  m.subject = static_cast<std::uint32_t>(s.world_rank);
+  m.detail = static_cast<std::uint32_t>(exit_code);
   m.token = s.token;
   // Wait a moment for a send of the monitor thread, never for long: abort_job must not hang.
   std::unique_lock<std::timed_mutex> lock(s.send_mutex, std::chrono::milliseconds(100));

@@ -13,11 +13,27 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_exit_mode = 1;  // StopMode::kExit until the step loop says otherwise
 char g_what[64] = "hpctrain";
+volatile std::sig_atomic_t g_abort_rank = -1;  // note_job_abort: the rank that ended the job
+volatile std::sig_atomic_t g_abort_code = 0;
 
 // Appends `text` to `buffer` (of `size` bytes, `used` of them filled). Async-signal-safe.
 void append(char* buffer, std::size_t size, std::size_t& used, const char* text) {
   for (; *text != '\0' && used + 1 < size; ++text) buffer[used++] = *text;
   buffer[used] = '\0';
+}
+
+// Appends the decimal digits of `value` (>= 0). Async-signal-safe.
+void append_number(char* buffer, std::size_t size, std::size_t& used, long value) {
+  char digits[24];
+  int n = 0;
+  do {
+    digits[n++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value > 0 && n < 23);
+  char text[24];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  text[n] = '\0';
+  append(buffer, size, used, text);
 }
 
 // Ends the process at once: one line on stderr, then _exit (no destructors, no MPI_Finalize: a
@@ -28,6 +44,19 @@ void append(char* buffer, std::size_t size, std::size_t& used, const char* text)
   append(line, sizeof line, used, "[hpctrain] ");
   append(line, sizeof line, used, g_what);
   append(line, sizeof line, used, ": ");
+  if (g_abort_rank >= 0) {
+    // The launcher ends every rank after one rank's error: that rank printed it; this one has
+    // nothing to add but why it stops, and the job's code.
+    const int code = g_abort_code;
+    append(line, sizeof line, used, "ended by the launcher after rank ");
+    append_number(line, sizeof line, used, g_abort_rank);
+    append(line, sizeof line, used, "'s error (exit ");
+    append_number(line, sizeof line, used, code);
+    append(line, sizeof line, used, ", reported above)\n");
+    ssize_t ignored = ::write(STDERR_FILENO, line, used);
+    (void)ignored;
+    ::_exit(code);
+  }
   append(line, sizeof line, used, signal_name(signal_number));
   append(line, sizeof line, used,
          " received outside the training step loop: nothing to save, exiting now with 75 "
@@ -72,6 +101,12 @@ void request_stop(int signal_number) {
 
 void clear_stop_request() {
   g_stop_signal = 0;
+}
+
+void note_job_abort(int world_rank, int exit_code) {
+  if (g_abort_rank >= 0 || world_rank < 0) return;
+  g_abort_code = exit_code;
+  g_abort_rank = world_rank;
 }
 
 const char* signal_name(int signal_number) {

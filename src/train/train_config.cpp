@@ -157,6 +157,8 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.overflow_step = s.get<std::int64_t>("overflow_step", c.debug.overflow_step);
     c.debug.overflow_rank = s.get<int>("overflow_rank", c.debug.overflow_rank);
     c.debug.stage_inputs = s.get<bool>("stage_inputs", c.debug.stage_inputs);
+    c.debug.fail_step = s.get<std::int64_t>("fail_step", c.debug.fail_step);
+    c.debug.fail_rank = s.get<int>("fail_rank", c.debug.fail_rank);
   }
   switch (c.optim.loss_scale.mode) {
     case LossScaleMode::kAuto: c.loss_scaling = c.run.precision == Precision::kFp16; break;

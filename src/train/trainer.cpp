@@ -18,8 +18,8 @@
 #include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
-#include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/data/train_loader.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
@@ -237,8 +237,8 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   // What reading takes in memory, from the metadata, before a batch is allocated: a shape that
   // declares samples beyond memory is exit 3 with the figure (docs/DATA.md, "Memory").
   data::check_reader_memory(
-      data::reader_memory(m.train_data->info(), m.micro_batch, cfg.data.prefetch), 0,
-      "data.train", m.train_data->info());
+      data::reader_memory(m.train_data->info(), m.micro_batch, cfg.data.prefetch), 0, "data.train",
+      m.train_data->info());
   if (m.val_data) {
     data::check_reader_memory(
         data::reader_memory(m.val_data->info(), cfg.eval.batch_size, cfg.data.prefetch), 0,
@@ -348,8 +348,8 @@ void Trainer::Impl::resume(const std::string& resume) {
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
   // The same broadcast manifest and data on every rank: every rank finds the same problems.
-  const auto problems = resume_state_problems(
-      loaded.manifest, {sampler->num_samples(), env.runtime.world_size()});
+  const auto problems =
+      resume_state_problems(loaded.manifest, {sampler->num_samples(), env.runtime.world_size()});
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
@@ -575,6 +575,14 @@ TrainOutcome Trainer::run() {
                           m.env.runtime.world_rank());
 
   const std::int64_t first_step = m.state.step;
+  auto debug_fail = [&](std::int64_t step) {  // debug.fail_step: one rank fails alone (tests)
+    if (cfg.debug.fail_step == step && cfg.debug.fail_rank == m.env.runtime.world_rank()) {
+      throw Error(str("debug.fail_step: rank ", cfg.debug.fail_rank, " fails alone ",
+                      step == 0 ? std::string("before the step loop") : str("at step ", step)),
+                  1);
+    }
+  };
+  debug_fail(0);
   // debug.stage_inputs: the GPU step path on CPU (staged inputs, metric sums read after the norm).
   model::defer_metric_reads_on_cpu(cfg.debug.stage_inputs);
   data::TrainLoader loader(
@@ -632,6 +640,7 @@ TrainOutcome Trainer::run() {
   // counted with the next step: training time is the loop's time less evaluations and saves.
   double carried = 0;
   while (m.state.step < m.total_steps && !stop) {
+    debug_fail(m.state.step + 1);
     tracer.before_step(m.state.step + 1);
     profiler.before_step(m.state.step + 1);
     const auto step_start = Clock::now();

@@ -13,6 +13,7 @@
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -83,15 +84,24 @@ double StepRunner::global_grad_norm() {
 }
 
 bool StepRunner::nonfinite(double grad_norm) {
-  const bool mine = !std::isfinite(grad_norm);
   // Data-parallel gradients are identical after their all-reduce and the norm is summed over tp,
-  // so every rank normally sees the same answer. A rank-local fault would not be: where the
-  // answer decides whether a step is taken (skipping, loss scaling), the world agrees first.
-  // Under the stop policy a non-finite norm ends the job anyway.
-  if (p_.scaler.enabled() || p_.cfg.optim.on_nonfinite == NonFinitePolicy::kSkip) {
-    return p_.env.control.world->any(mine);
-  }
-  return mine;
+  // so every rank normally sees the same answer. A rank-local fault would not: the world agrees
+  // (one host all-reduce of a flag), so that every rank skips, backs off, or stops with one
+  // message (stop_nonfinite) alike.
+  return p_.env.control.world->any(!std::isfinite(grad_norm));
+}
+
+void StepRunner::stop_nonfinite(const std::string& what, const std::string& advice,
+                                double local_loss) {
+  // Which ranks' losses were not finite: one more agreement, on the way out only.
+  const auto first = p_.env.control.world->first_problem(
+      std::isfinite(local_loss) ? std::string() : str(local_loss));
+  const std::string loss_note =
+      first ? str("the loss was ", first->second, " on rank ", first->first,
+                  p_.env.runtime.world_size() > 1 ? ", the lowest such rank" : "")
+            : std::string("the loss was finite on every rank");
+  // Raised by every rank at once: printed once, and every rank ends with the code by itself.
+  throw AgreedError(str(what, " (", loss_note, ")", advice), kExitNonFinite);
 }
 
 void StepRunner::scale_grads(double factor) {
@@ -204,11 +214,12 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       p_.scaler.update(/*nonfinite=*/true);
       r.loss_scale = p_.scaler.scale();
       if (p_.scaler.below_min() && p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
-        throw NonFiniteError(
-            str("non-finite gradients at step ", step, " with the loss scale already at ", before,
-                ": it fell below optim.loss_scale_min = ", p_.cfg.optim.loss_scale.min,
+        stop_nonfinite(
+            str("non-finite gradients at step ", step, " with the loss scale already at ", before),
+            str(": it fell below optim.loss_scale_min = ", p_.cfg.optim.loss_scale.min,
                 ", so the gradients are not finite for another reason than float16 range. Lower "
-                "optim.lr, enable optim.grad_clip, check the data, or try run.precision=bf16"));
+                "optim.lr, enable optim.grad_clip, check the data, or try run.precision=bf16"),
+            r.local_loss);
       }
       log::debug(str("step ", step, ": non-finite gradients, loss scale ", before, " -> ",
                      r.loss_scale, ", step skipped"));
@@ -218,15 +229,16 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       if (!timer_.uses_events()) resolve_phases(phases);
       return r;
     }
+    if (p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
+      stop_nonfinite(str("non-finite gradient norm at step ", step),
+                     "; stopped before the update, so no parameter or optimizer state was "
+                     "changed. Lower optim.lr, enable optim.grad_clip, check the data, or set "
+                     "optim.on_nonfinite=skip to skip such steps",
+                     r.local_loss);
+    }
     const std::string loss_note = std::isfinite(r.local_loss)
                                       ? "the loss on this rank was finite"
                                       : str("the loss on this rank was ", r.local_loss);
-    if (p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
-      throw NonFiniteError(str("non-finite gradient norm at step ", step, " (", loss_note,
-                               "); stopped before the update, so no parameter or optimizer state "
-                               "was changed. Lower optim.lr, enable optim.grad_clip, check the "
-                               "data, or set optim.on_nonfinite=skip to skip such steps"));
-    }
     log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
     p_.flat.zero_grads();
     r.skipped = true;

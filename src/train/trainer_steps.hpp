@@ -84,9 +84,13 @@ class StepRunner {
   /// The optimizer update and, when sharded, the all-gather of the updated parameters (counted
   /// in the optimizer phase). Collective over the dp group when sharded.
   void update(double lr);
-  /// True when the gradients are not finite: this rank's view, or (when a rank-local answer
-  /// would make ranks act differently) agreed over the world on the control plane.
+  /// True when the gradients are not finite on any rank (agreed over the world on the control
+  /// plane, so that every rank acts alike). Collective over the world.
   bool nonfinite(double grad_norm);
+  /// Ends the job for non-finite gradients: `what` + which rank's loss was not finite + `advice`,
+  /// as an agreed error (printed once, exit 6 on every rank). Collective over the world.
+  [[noreturn]] void stop_nonfinite(const std::string& what, const std::string& advice,
+                                   double local_loss);
 
   Parts p_;
   std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp

@@ -30,9 +30,11 @@ class PeerMonitor {
   /// close), stops the thread and closes the connections. Local; idempotent. Call before
   /// MPI_Finalize (Runtime's destructor does).
   static void stop();
-  /// Tells the neighbours this rank is ending the job on purpose (abort_job), so that they do
-  /// not report it as lost while the launcher ends them. Local, best effort, never blocks.
-  static void announce_abort();
+  /// Tells the neighbours this rank is ending the job on purpose (abort_job) with `exit_code`, so
+  /// that they do not report it as lost while the launcher ends them; they pass it along the ring,
+  /// and the launcher's stop signal then ends each rank naming this rank's error
+  /// (note_job_abort). Local, best effort, never blocks.
+  static void announce_abort(int exit_code);
   /// Whether the heartbeat thread runs. Local.
   static bool running();
   /// The timeout in seconds the monitor runs with (0 when off). Local.

@@ -38,6 +38,12 @@ int stop_signal_received();
 void request_stop(int signal_number);
 /// Clears the flag. Local.
 void clear_stop_request();
+/// Notes that world rank `world_rank` is ending the job after its own error, with `exit_code`
+/// (its announcement on the heartbeat ring, runtime/peer_monitor.hpp). A stop signal that then ends
+/// this process at once (the launcher's, after that rank's MPI_Abort) says so and exits with that
+/// code, instead of reporting a stop with nothing to save and 75. The first note stays. Local;
+/// async-signal-safe.
+void note_job_abort(int world_rank, int exit_code);
 /// "SIGUSR1" for 10, etc. Local.
 const char* signal_name(int signal_number);
 

@@ -80,6 +80,10 @@ struct DebugSection {
   std::int64_t overflow_step = -1;   ///< make this step's gradients infinite after their
   int overflow_rank = 0;             ///< all-reduce, on this world rank only (loss-scaling tests)
   std::int64_t extra_memory_mb = 0;  ///< hold this many MiB of touched memory during training
+  /// A failure of one rank alone (exit 1), as a rank-local fault would be: at the start of this
+  /// step, or, with 0, before the step loop starts (tests of how the job ends).
+  std::int64_t fail_step = -1;
+  int fail_rank = 0;  ///< ... on this world rank
   /// On CPU, run the GPU step path: hand batches over as it does (a staged copy,
   /// data::InputStaging::kCopy), copy them with non_blocking, and leave the loss's metric sums
   /// pending until after the gradient norm (tests: the training must not change).

@@ -30,7 +30,13 @@ expect_grep "\(784 values\) do not fit model.in_features = 100: set model.in_fea
 expect_exit 6 "$TMP/nan.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set "run.dir=$TMP/nan" --set debug.nan_step=3 --set debug.nan_rank=1
 expect_grep "non-finite gradient norm at step 3" "$TMP/nan.txt"
-expect_grep "r1/.*the loss on this rank was nan" "$TMP/nan.txt"
+# Every rank sees the same norm: one message, world rank 0's, naming the rank whose loss was NaN.
+expect_grep "r0/.*non-finite gradient norm at step 3 \(the loss was nan on rank 1, the lowest such rank\)" "$TMP/nan.txt"
+n=$(grep -c "error:" "$TMP/nan.txt")
+[[ $n == 1 ]] || fail "NaN at 2 ranks: $n error lines, not 1: $(cat "$TMP/nan.txt")"
+if grep -qE "ORTE_ERROR_LOG|received outside the training step loop|MPI_ABORT" "$TMP/nan.txt"; then
+  fail "NaN at 2 ranks: launcher noise or a stop-signal line: $(cat "$TMP/nan.txt")"
+fi
 
 # ... or skip such steps when configured to.
 expect_exit 0 "$TMP/skip.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
@@ -59,4 +65,20 @@ for case in "2 --set optim.lrr=3" "3 --set data.train=$TMP/nowhere.h5" "2 --set 
     fail "$args: launcher noise or a stop-signal line: $(cat "$TMP/once.txt")"
   fi
 done
+
+# A rank that fails alone (debug.fail_step: a rank-local fault) ends the job through MPI_Abort: its
+# message is the only error line, and the rank the launcher then stops says why, naming the failed
+# rank and its code (before the step loop), or says nothing (in the loop, where a stop signal only
+# sets a flag), never that it was asked to stop with nothing to save.
+for when in 0 3; do
+  expect_exit 1 "$TMP/alone-$when.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
+    --set "run.dir=$TMP/alone-$when" --set debug.fail_step=$when --set debug.fail_rank=1
+  expect_grep "r1/.*error: debug.fail_step: rank 1 fails alone" "$TMP/alone-$when.txt"
+  n=$(grep -c "error:" "$TMP/alone-$when.txt")
+  [[ $n == 1 ]] || fail "rank 1 failing at step $when: $n error lines, not 1: $(cat "$TMP/alone-$when.txt")"
+  if grep -q "received outside the training step loop" "$TMP/alone-$when.txt"; then
+    fail "rank 1 failing at step $when: a stop-signal line: $(cat "$TMP/alone-$when.txt")"
+  fi
+done
+expect_grep "train: ended by the launcher after rank 1's error \(exit 1, reported above\)" "$TMP/alone-0.txt"
 finish
