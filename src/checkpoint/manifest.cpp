@@ -87,9 +87,10 @@ void check_values(const nlohmann::json& j, const std::string& what) {
   const auto tp = grid.at("tp").get<std::int64_t>();
   for (const auto& [name, t] : j.at("tensors").items()) {
     if (!t.contains("saved_tp")) continue;
-    require_value(t.at("saved_tp").is_number_integer() && t.at("saved_tp").get<std::int64_t>() == tp,
-                  what, str("tensors['", clip(name), "'].saved_tp"), t.at("saved_tp"),
-                  str("the grid says tp=", tp));
+    require_value(
+        t.at("saved_tp").is_number_integer() && t.at("saved_tp").get<std::int64_t>() == tp, what,
+        str("tensors['", clip(name), "'].saved_tp"), t.at("saved_tp"),
+        str("the grid says tp=", tp));
   }
   if (j.contains("rng") && j.at("rng").is_object()) {
     require_value(j.at("rng").at("ranks").get<std::int64_t>() == world, what, "rng.ranks",

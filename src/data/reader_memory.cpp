@@ -10,8 +10,8 @@ namespace hpctrain::data {
 
 std::string ReaderMemory::describe() const {
   return str(rows, rows == 1 ? " sample x " : " samples x ", format_bytes(sample_bytes), " x ",
-             batches, " batches (data.prefetch ", batches - 2, " + 2) + ",
-             format_bytes(kept_bytes), " kept (labels, chunk cache)");
+             batches, " batches (data.prefetch ", batches - 2, " + 2) + ", format_bytes(kept_bytes),
+             " kept (labels, chunk cache)");
 }
 
 ReaderMemory reader_memory(const DatasetInfo& info, std::int64_t rows, int prefetch) {
@@ -28,9 +28,7 @@ ReaderMemory reader_memory(const DatasetInfo& info, std::int64_t rows, int prefe
     case DatasetKind::kLanguageModel:
       m.sample_bytes = stored + 2 * 8 * static_cast<double>(info.seq_len);  // int64 inputs, targets
       break;
-    case DatasetKind::kRegression:
-      m.sample_bytes = stored + 4 * elements + 4 * targets;
-      break;
+    case DatasetKind::kRegression: m.sample_bytes = stored + 4 * elements + 4 * targets; break;
     case DatasetKind::kClassification:
       m.sample_bytes = stored + 4 * elements + 8;
       if (info.num_samples <= info.max_labels_in_memory) {

@@ -170,7 +170,8 @@ void run_abort_hooks() {
 
 void abort_job(int exit_code) {
   run_abort_hooks();  // e.g. ncclCommAbort: kernels waiting for a lost peer must not hold us
-  PeerMonitor::announce_abort(exit_code);  // an intended end, not a lost rank: the others stay quiet
+  PeerMonitor::announce_abort(
+      exit_code);  // an intended end, not a lost rank: the others stay quiet
   std::fflush(stdout);
   std::fflush(stderr);
   int initialized = 0;

@@ -34,8 +34,8 @@ std::optional<std::int64_t> integer(const nlohmann::json& ts, const char* key) {
 std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
                                                const ResumeFacts& facts) {
   Problems problems;
-  const nlohmann::json& ts = manifest.contains("trainer_state") ? manifest.at("trainer_state")
-                                                                : nlohmann::json::object();
+  const nlohmann::json& ts =
+      manifest.contains("trainer_state") ? manifest.at("trainer_state") : nlohmann::json::object();
   if (!ts.is_object()) {
     problems.add("trainer_state", ts, "it must be an object (written by hpctrain train)");
     return problems.take();
@@ -54,23 +54,27 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
   const auto epoch = integer(ts, "epoch");
   const auto offset = integer(ts, "offset_in_epoch");
   const auto consumed = integer(ts, "consumed_samples");
-  if (const auto global_step = integer(ts, "global_step"); step && global_step && *global_step != *step) {
+  if (const auto global_step = integer(ts, "global_step");
+      step && global_step && *global_step != *step) {
     problems.add("trainer_state.global_step", ts.at("global_step"),
                  str("every step takes one global batch: it must equal the step, ", *step));
   }
   for (const char* key : {"skipped_steps", "optimizer_steps"}) {
     const auto value = integer(ts, key);
     if (value && step && (*value < 0 || *value > *step)) {
-      problems.add(str("trainer_state.", key), ts.at(key), str("it must be in 0..step (", *step, ")"));
+      problems.add(str("trainer_state.", key), ts.at(key),
+                   str("it must be in 0..step (", *step, ")"));
     }
   }
-  if (ts.contains("global_batch") &&
-      (!ts.at("global_batch").is_number_integer() || ts.at("global_batch").get<std::int64_t>() < 1)) {
-    problems.add("trainer_state.global_batch", ts.at("global_batch"), "it must be a positive integer");
+  if (ts.contains("global_batch") && (!ts.at("global_batch").is_number_integer() ||
+                                      ts.at("global_batch").get<std::int64_t>() < 1)) {
+    problems.add("trainer_state.global_batch", ts.at("global_batch"),
+                 "it must be a positive integer");
   }
   if (ts.contains("total_steps") &&
       (!ts.at("total_steps").is_number_integer() || ts.at("total_steps").get<std::int64_t>() < 1)) {
-    problems.add("trainer_state.total_steps", ts.at("total_steps"), "it must be a positive integer");
+    problems.add("trainer_state.total_steps", ts.at("total_steps"),
+                 "it must be a positive integer");
   }
   if (ts.contains("lr") && (!ts.at("lr").is_number() || !std::isfinite(ts.at("lr").get<double>()) ||
                             ts.at("lr").get<double>() < 0)) {
@@ -91,8 +95,9 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
     if (ok) per_epoch = sum;
   }
   if (step && consumed && *consumed < *step) {
-    problems.add("trainer_state.consumed_samples", ts.at("consumed_samples"),
-                 str("every step takes at least one sample: it must be at least the step, ", *step));
+    problems.add(
+        "trainer_state.consumed_samples", ts.at("consumed_samples"),
+        str("every step takes at least one sample: it must be at least the step, ", *step));
   }
   if (epoch && offset && consumed && *epoch + *offset > *consumed) {
     problems.add("trainer_state.epoch", ts.at("epoch"),
@@ -128,9 +133,9 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
       if (ok) sum += c.get<std::int64_t>();
     }
     if (!ok || sum != *consumed) {
-      problems.add("trainer_state.source_consumed", ts.at("source_consumed"),
-                   str("its counts must be non-negative and add up to consumed_samples, ",
-                       *consumed));
+      problems.add(
+          "trainer_state.source_consumed", ts.at("source_consumed"),
+          str("its counts must be non-negative and add up to consumed_samples, ", *consumed));
     }
   }
   // `train` saves the CPU generator's state with every checkpoint; a resume on the same world
@@ -139,7 +144,8 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
   const auto saved_world = manifest.value("world_size", std::int64_t{0});
   const std::int64_t world = facts.world_size.value_or(saved_world);
   const bool has_rng = manifest.contains("rng") && manifest.at("rng").is_object();
-  if (!has_rng && world == saved_world && ts.contains("global_batch") && !ts.contains("compression")) {
+  if (!has_rng && world == saved_world && ts.contains("global_batch") &&
+      !ts.contains("compression")) {
     problems.add("rng", manifest.contains("rng") ? manifest.at("rng") : nlohmann::json(),
                  str("`train` records the RNG state of each of the ", saved_world,
                      " ranks that saved, and this world is the same"));

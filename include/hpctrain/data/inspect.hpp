@@ -7,8 +7,8 @@
 namespace hpctrain::data {
 
 struct InspectOptions {
-  int samples = 8;            ///< how many samples to show
-  std::int64_t seq_len = 64;  ///< window length for token files (they store no seq_len)
+  int samples = 8;               ///< how many samples to show
+  std::int64_t seq_len = 64;     ///< window length for token files (they store no seq_len)
   std::int64_t batch_size = 64;  ///< the per-rank batch the memory figure is given for
   int prefetch = 4;              ///< batches read ahead (data.prefetch) in the memory figure
 };
