@@ -1,8 +1,11 @@
 #include "trainer_steps.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <limits>
+#include <thread>
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/control_plane.hpp"
@@ -15,6 +18,7 @@
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -38,6 +42,14 @@ constexpr int kCommWait = 3;
 // (std::max(0.0, NaN) is 0.0, which would hide a non-finite gradient from the skip and stop).
 double root_of_square_sum(double sq) {
   return std::sqrt(sq < 0 ? 0.0 : sq);
+}
+
+// debug.hang_*: this rank stops in backward for good, as a hung or stopped process would (the
+// collective watchdog of the others ends the job).
+void hang_in_backward(bool stop_process) {
+  log::rank_warn("debug.hang_step: this rank stops in backward now (a test of hang attribution)");
+  if (stop_process) std::raise(SIGSTOP);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 }  // namespace
 
@@ -133,7 +145,12 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
     }
     auto t0 = Clock::now();
+    runtime::position::set_phase(runtime::Phase::kForward);
     const int m0 = timer_.mark();
+    if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
+      // debug.slow_*: a straggler for tests (counted as forward, as a slow node's compute is).
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(p_.cfg.debug.slow_ms));
+    }
     model::LossOutput out;
     {
       compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
@@ -156,8 +173,13 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     if (trace::on()) trace::record(0, "forward", t0, Clock::now());
 
     auto t1 = Clock::now();
+    runtime::position::set_phase(runtime::Phase::kBackward);
     p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
     loss.backward();
+    if (p_.cfg.debug.hang_step == step + 1 &&
+        p_.cfg.debug.hang_rank == p_.env.runtime.world_rank()) {
+      hang_in_backward(p_.cfg.debug.hang_stop);
+    }
     timer_.add(kBackward, m1, timer_.mark());
     if (trace::on()) trace::record(0, "backward", t1, Clock::now());
     r.loss_sum += out.loss_sum;
@@ -184,6 +206,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     trace::Scope traced(0, "checkpoint copy wait");
     phases.checkpoint += p_.before_update();
   }
+  runtime::position::set_phase(runtime::Phase::kOptimizer);
   trace::Scope optimizer_slice(0, "optimizer");
   const int m2 = timer_.mark();
   if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two
