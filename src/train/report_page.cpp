@@ -369,23 +369,28 @@ std::string render_report_page(const std::string& run_dir) {
   html += "</div>\n";
 
   // Stragglers: each rank's compute time per step, interval by interval (train records'
-  // rank_times), the ranks the detector named drawn as markers on their line.
+  // rank_compute_s), the ranks the detector named drawn as markers on their line.
   std::vector<Series> per_rank;
   for (const auto& r : rows) {
-    if (r.value("type", "") != "train" || !r.contains("rank_times") || !r.contains("step"))
+    if (r.value("type", "") != "train" || !r.contains("rank_compute_s") || !r.contains("step") ||
+        !r["rank_compute_s"].is_array() || !r["step"].is_number()) {
       continue;
-    const auto& compute = r["rank_times"].value("compute", Json::array());
+    }
+    const auto& compute = r["rank_compute_s"];
     for (std::size_t k = 0; k < compute.size() && k < 16; ++k) {
       if (per_rank.size() <= k) {
         per_rank.push_back({str("rank ", k), {}, kColors[k % (sizeof kColors / sizeof *kColors)]});
       }
-      per_rank[k].points.emplace_back(r["step"].get<double>(), compute[k].get<double>());
+      if (compute[k].is_number()) {
+        per_rank[k].points.emplace_back(r["step"].get<double>(), compute[k].get<double>());
+      }
     }
   }
   if (!per_rank.empty()) {
     Series named{"named straggler", {}, "#000000", false, "d"};
     for (const auto& r : rows) {
-      if (r.value("type", "") == "straggler" && r.value("which", "") == "compute") {
+      if (r.value("type", "") == "straggler" && r.value("which", "") == "compute" &&
+          r.contains("step") && r["step"].is_number()) {
         named.points.emplace_back(r["step"].get<double>(), r.value("seconds_per_step", 0.0));
       }
     }

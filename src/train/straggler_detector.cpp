@@ -122,17 +122,12 @@ nlohmann::ordered_json StragglerDetector::observe(std::int64_t step, double comp
                 {"intervals", s.intervals},
                 {"threshold", threshold_}});
   }
-  nlohmann::ordered_json times{{"compute", nlohmann::ordered_json::array()},
-                               {"data_wait", nlohmann::ordered_json::array()}};
-  for (double v : compute) times["compute"].push_back(rounded(v));
-  for (double v : data) times["data_wait"].push_back(rounded(v));
-  fields["rank_times"] = times;
-  const auto slowest = std::max_element(compute.begin(), compute.end());
-  const double median = lower_median(compute);
-  fields["straggler"] = {{"compute_spread", median > 0 ? rounded(*slowest / median) : 0.0},
-                         {"slowest_rank", static_cast<int>(slowest - compute.begin())},
-                         {"data_wait_excess", rounded(*std::max_element(data.begin(), data.end()) -
-                                                      lower_median(data))}};
+  // Seconds per step of every rank (names ending in _s: timings, as comparisons of runs treat
+  // them), for the report page's per-rank chart.
+  fields["rank_compute_s"] = nlohmann::ordered_json::array();
+  fields["rank_data_wait_s"] = nlohmann::ordered_json::array();
+  for (double v : compute) fields["rank_compute_s"].push_back(rounded(v));
+  for (double v : data) fields["rank_data_wait_s"].push_back(rounded(v));
   return fields;
 }
 

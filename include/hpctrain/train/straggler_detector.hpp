@@ -5,8 +5,9 @@
 // noise floor of 5% of the median step time) for logging.straggler_intervals intervals in a row
 // is named: a warning (rank, host, which time, how much slower), a metrics.jsonl record of type
 // "straggler" (mirrored to TensorBoard), and the ledger's "stragglers" section, which also keeps
-// the spread (slowest over median) the run saw. The train records carry every rank's times for
-// the report page's per-rank chart. docs/OBSERVABILITY.md describes it.
+// the spread (slowest over median) the run saw. The train records carry every rank's times
+// ("rank_compute_s", "rank_data_wait_s") for the report page's per-rank chart.
+// docs/OBSERVABILITY.md describes it.
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -44,8 +45,8 @@ class StragglerDetector {
 
   /// Gathers this rank's interval times per step over `world` (on rank 0), judges them, and on
   /// rank 0 warns and records each straggler in `log` at `step`; returns the fields for the
-  /// interval's train record ("rank_times", "straggler"), empty off rank 0. Collective over
-  /// `world`.
+  /// interval's train record ("rank_compute_s", "rank_data_wait_s": every rank's seconds per
+  /// step), empty off rank 0. Collective over `world`.
   nlohmann::ordered_json observe(std::int64_t step, double compute_per_step,
                                  double data_wait_per_step, double step_seconds,
                                  comm::ControlPlane& world, RunLog& log);
