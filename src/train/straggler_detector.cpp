@@ -27,6 +27,13 @@ double lower_median(std::vector<double> v) {
   return v[(v.size() - 1) / 2];
 }
 
+// The median of a rank's steps (the mean of the two middle ones for an even count).
+double middle(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double rounded(double v) {
   return std::round(v * 1e6) / 1e6;  // microseconds: enough for a chart, short in the JSON
 }
@@ -66,9 +73,21 @@ std::vector<Straggler> StragglerDetector::add(const std::vector<double>& compute
   return out;
 }
 
+void StragglerDetector::step(double compute_s, double data_wait_s) {
+  step_compute_.push_back(compute_s);
+  step_data_.push_back(data_wait_s);
+}
+
 nlohmann::ordered_json StragglerDetector::observe(std::int64_t step, double compute_per_step,
                                                   double data_wait_per_step, double step_seconds,
                                                   comm::ControlPlane& world, RunLog& log) {
+  if (!step_compute_.empty()) {
+    // The median step, not the mean: robust to the odd stretched step.
+    compute_per_step = middle(step_compute_);
+    data_wait_per_step = middle(step_data_);
+    step_compute_.clear();
+    step_data_.clear();
+  }
   if (!gathered_hosts_) {
     char host[kHostChars] = {0};
     const runtime::Runtime* rt = runtime::Runtime::current();

@@ -1,5 +1,6 @@
 #include "hpctrain/train/trainer.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -68,6 +69,12 @@ namespace {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 }  // namespace
@@ -662,7 +669,11 @@ TrainOutcome Trainer::run() {
     const double waited = loader.wait_seconds() - wait_before;
     m.phases.data_wait += waited;
     interval.data_wait += waited;
+    const double cpu_before = thread_cpu_seconds();
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
+    // On the CPU a step's compute is the training thread's CPU time: what the work costs, not how
+    // long the operating system let it run (ranks sharing cores would look slow by turns).
+    if (m.steps->host_timed()) m.stragglers->step(thread_cpu_seconds() - cpu_before, waited);
     if (runtime::trace::on()) {
       runtime::trace::record(0, "step", step_start, Clock::now(), m.state.step + 1);
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <limits>
 #include <thread>
 
@@ -42,6 +43,20 @@ constexpr int kCommWait = 3;
 // (std::max(0.0, NaN) is 0.0, which would hide a non-finite gradient from the skip and stop).
 double root_of_square_sum(double sq) {
   return std::sqrt(sq < 0 ? 0.0 : sq);
+}
+
+// debug.slow_*: a straggler for tests, as a slower processor would be: the rank computes (spins)
+// for `ms` milliseconds of its own CPU time in forward.
+void slow_compute(double ms) {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  const double until = static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9 + ms / 1000;
+  volatile double sink = 0;
+  for (;;) {
+    for (int i = 0; i < 10000; ++i) sink = sink + 1e-9;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    if (static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9 >= until) break;
+  }
 }
 
 // debug.hang_*: this rank stops in backward for good, as a hung or stopped process would (the
@@ -148,8 +163,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     runtime::position::set_phase(runtime::Phase::kForward);
     const int m0 = timer_.mark();
     if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
-      // debug.slow_*: a straggler for tests (counted as forward, as a slow node's compute is).
-      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(p_.cfg.debug.slow_ms));
+      slow_compute(p_.cfg.debug.slow_ms);
     }
     model::LossOutput out;
     {

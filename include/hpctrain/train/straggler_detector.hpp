@@ -43,6 +43,12 @@ class StragglerDetector {
   std::vector<Straggler> add(const std::vector<double>& compute,
                              const std::vector<double>& data_wait, double step_seconds);
 
+  /// One step's compute and data-wait seconds on this rank, where they are known per step (host
+  /// timing; on a GPU the device times are known per interval only). The interval's value of
+  /// the rank is then the median of its steps, so a step or two that the operating system
+  /// stretched (another process took the core) does not make a straggler. Local.
+  void step(double compute_s, double data_wait_s);
+
   /// Gathers this rank's interval times per step over `world` (on rank 0), judges them, and on
   /// rank 0 warns and records each straggler in `log` at `step`; returns the fields for the
   /// interval's train record ("rank_compute_s", "rank_data_wait_s": every rank's seconds per
@@ -63,6 +69,8 @@ class StragglerDetector {
   std::vector<int> data_streak_;
   std::vector<double> compute_spreads_;
   std::vector<double> data_spreads_;
+  std::vector<double> step_compute_;  // this rank's steps of the current interval
+  std::vector<double> step_data_;
   std::vector<std::string> hosts_;  // rank 0: every rank's host, gathered at the first interval
   nlohmann::ordered_json named_ = nlohmann::ordered_json::array();
   bool gathered_hosts_ = false;
