@@ -242,6 +242,10 @@ void FlightRecorder::configure(std::size_t records) {
   g_ring.store(records > 0 ? new Ring(records) : nullptr, std::memory_order_release);
 }
 
+std::int64_t FlightRecorder::recorded() {
+  return g_next.load(std::memory_order_relaxed);
+}
+
 std::size_t FlightRecorder::capacity() {
   Ring* ring = g_ring.load(std::memory_order_acquire);
   return ring ? ring->capacity : 0;

@@ -37,6 +37,8 @@ class FlightRecorder {
   static void configure(std::size_t records);
   /// The number of operations kept (0: off). Local.
   static std::size_t capacity();
+  /// Operations recorded since the process started (while on). Local.
+  static std::int64_t recorded();
   /// Files go to `directory`/rank-`world_rank`.json; "" writes none. Local.
   static void set_directory(const std::string& directory, int world_rank, const std::string& host);
   /// The directory files go to ("" when none). Local.
