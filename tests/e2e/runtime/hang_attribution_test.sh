@@ -36,7 +36,7 @@ flight_files() {
 # end_leftovers RUN: a rank of that run still alive (stopped) after the job ended is ended here.
 end_leftovers() {
   local p
-  for p in $(pgrep -f "run.dir=$1\$" || true); do
+  for p in $(pgrep -f "run.dir=$1( |\$)" || true); do
     fail "a rank of $1 outlived the job (pid $p)"
     kill -CONT "$p" 2>/dev/null
     kill -KILL "$p" 2>/dev/null
@@ -92,8 +92,8 @@ for _ in $(seq 1 300); do
   grep -q '"type":"train"' "$TMP/usr2/metrics.jsonl" 2>/dev/null && break
   sleep 0.1
 done
-declare -A pid_of
-for p in $(pgrep -f "run.dir=$TMP/usr2\$" || true); do
+declare -A pid_of=()
+for p in $(pgrep -f "run.dir=$TMP/usr2( |\$)" || true); do
   r=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
   [[ -n $r ]] && pid_of[$r]=$p
 done
