@@ -29,7 +29,7 @@ flight_files() {
   local run=$1 r
   shift
   for r in "$@"; do
-    [[ -f $run/flight/rank-$r.json ]] || fail "$run: no flight file of rank $r ($(ls "$run/flight" 2>&1 | tr '\n' ' '))"
+    [[ -f $run/flight/rank-$r.json ]] || fail "$run: no flight file of rank $r ($(find "$run/flight" -maxdepth 1 -name 'rank-*' 2>&1 | tr '\n' ' '))"
   done
 }
 
@@ -103,7 +103,7 @@ if ((${#pid_of[@]} != 4)); then
 else
   kill -USR2 "${pid_of[1]}"
   for _ in $(seq 1 200); do
-    (($(ls "$TMP"/usr2/flight/rank-*.json 2>/dev/null | wc -l) == 4)) && break
+    (($(find "$TMP/usr2/flight" -maxdepth 1 -name 'rank-*.json' 2>/dev/null | wc -l) == 4)) && break
     sleep 0.1
   done
   flight_files "$TMP/usr2" 0 1 2 3
