@@ -6,6 +6,9 @@
 #include <cstdio>
 
 #include "command.hpp"
+#include "hpctrain/runtime/collective_scope.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/trace.hpp"
 
@@ -28,6 +31,19 @@ double time_scopes(long long n) {
          static_cast<double>(n);
 }
 
+// Nanoseconds per operation followed as the communicators follow one (CollectiveScope: the
+// channel's numbers, the flight record, the watchdog slot), over `n` operations.
+double time_operations(long long n) {
+  static runtime::Channel channel("bench", "", {0});
+  const auto start = std::chrono::steady_clock::now();
+  for (long long i = 0; i < n; ++i) {
+    runtime::CollectiveScope op(&channel, "all_reduce", "bench", 4096, "float32");
+  }
+  return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
+             .count() /
+         static_cast<double>(n);
+}
+
 int run_bench_trace(CommandContext& ctx) {
   if (ctx.runtime.world_rank() != 0) return 0;
   const long long n = g_bench_trace.iterations;
@@ -38,6 +54,18 @@ int run_bench_trace(CommandContext& ctx) {
   std::printf("trace recording point, window closed: %.2f ns per scope (%lld scopes)\n", off, n);
   std::printf("trace recording point, window open:   %.1f ns per slice (%zu slices recorded)\n", on,
               kept);
+  // The flight recorder: on (its default ring) against off (numbering and watchdog only).
+  const std::size_t records = runtime::FlightRecorder::capacity();
+  const long long ops = n / 10;
+  time_operations(ops / 10);  // warm the ring's pages
+  const double flight_on = time_operations(ops);
+  runtime::FlightRecorder::configure(0);
+  const double flight_off = time_operations(ops);
+  runtime::FlightRecorder::configure(records);
+  std::printf("collective followed, flight recorder on (%zu records): %.1f ns per operation\n",
+              records, flight_on);
+  std::printf("collective followed, flight recorder off:             %.1f ns per operation\n",
+              flight_off);
   return 0;
 }
 

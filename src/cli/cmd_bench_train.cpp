@@ -17,6 +17,7 @@
 #include "hpctrain/parallel/tensor_parallel_ops.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/trainer.hpp"
@@ -69,7 +70,9 @@ int run_bench_train(CommandContext& ctx) {
   if (ctx.runtime.world_rank() == 0) std::filesystem::remove(run_dir + "/metrics.jsonl");
   // Construction ran one forward pass to check the data against the model: count the steps only.
   parallel::reset_tensor_parallel_comm_seconds();
+  const std::int64_t flight_before = runtime::FlightRecorder::recorded();
   const train::TrainOutcome outcome = trainer.run();
+  const std::int64_t flight_ops = runtime::FlightRecorder::recorded() - flight_before;
   std::vector<double> comm{parallel::tensor_parallel_comm_seconds(),
                            static_cast<double>(parallel::tensor_parallel_comm_calls())};
   auto& world = *session.control.world;
@@ -120,6 +123,9 @@ int run_bench_train(CommandContext& ctx) {
       {"tp_comm_s_per_step", c[0] / world_size / static_cast<double>(steps)},
       {"tp_comm_s_per_step_max_rank", slowest / static_cast<double>(steps)},
       {"tp_collectives_per_step", c[1] / world_size / static_cast<double>(steps)},
+      // Operations rank 0's flight recorder recorded per step (0 with logging.flight_records 0).
+      {"flight_records", runtime::FlightRecorder::capacity()},
+      {"flight_ops_per_step", static_cast<double>(flight_ops) / static_cast<double>(steps)},
       {"first_loss", records.front()["loss"]},
       {"last_loss", records.back()["loss"]},
       {"run_dir", run_dir}};

@@ -13,6 +13,7 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/outcome.hpp"
 #include "hpctrain/runtime/peer_monitor.hpp"
@@ -161,6 +162,8 @@ int run_main(int argc, char** argv) {
   for (const std::string& part : chosen->path)
     command_name += (command_name.empty() ? "" : " ") + part;
   runtime::install_stop_signal_handlers(command_name.c_str());
+  // SIGUSR2: every rank writes its flight recorder file (where the command set a directory).
+  runtime::FlightRecorder::install();
 
   CommandContext ctx{rt, global};
   try {

@@ -4,12 +4,13 @@
 #include <climits>
 #include <exception>
 
+#include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
-#include "hpctrain/runtime/watchdog.hpp"
 
 namespace hpctrain::comm {
 namespace {
@@ -114,6 +115,13 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool async_thr
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   trace_lane_ = runtime::trace::lane("comm " + name_);
+  channel_ = runtime::channel(name_, "", comm_);
+}
+
+runtime::IssuedOp MpiCommunicator::issue(const char* op, const torch::Tensor& tensor) {
+  if (size_ == 1 || !tensor.defined()) return {};
+  return runtime::issue_op(channel_, op, name_.c_str(), byte_size(tensor),
+                           c10::toString(tensor.scalar_type()));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -125,7 +133,8 @@ MpiCommunicator::~MpiCommunicator() {
   if (worker_.joinable()) worker_.join();
 }
 
-void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op) {
+void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op,
+                                     const runtime::IssuedOp& issued) {
   check_cpu(tensor, "all_reduce", name_);
   const auto dtype = tensor.scalar_type();
   (void)mpi_datatype(dtype);  // refuse unsupported dtypes on every group size, even 1
@@ -136,7 +145,7 @@ void MpiCommunicator::all_reduce_now(torch::Tensor& tensor, ReduceOp op) {
                         "divide where the rounding is known"));
   }
   if (size_ == 1) return;  // nothing to combine; avg of one rank is itself
-  runtime::Watchdog::Scope watch("all_reduce", name_.c_str(), byte_size(tensor));
+  runtime::CollectiveScope watch(issued);
   if (is_half_type(dtype)) {
     // Widen: each rank's contribution enters a float32 sum, rounded to 16 bits once at the end.
     torch::Tensor wide = tensor.to(torch::kFloat);
@@ -156,12 +165,14 @@ void MpiCommunicator::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   wait_all();  // keep issue order: earlier asynchronous operations first
   runtime::trace::Scope traced(trace_lane_, "all_reduce",
                                static_cast<std::int64_t>(byte_size(tensor)), size_ > 1);
-  all_reduce_now(tensor, op);
+  all_reduce_now(tensor, op, issue("all_reduce", tensor));
 }
 
 WorkHandle MpiCommunicator::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
   const auto bytes = static_cast<std::int64_t>(byte_size(tensor));
-  return enqueue([this, tensor, op]() mutable { all_reduce_now(tensor, op); }, "all_reduce", bytes);
+  const runtime::IssuedOp issued = issue("all_reduce", tensor);
+  return enqueue([this, tensor, op, issued]() mutable { all_reduce_now(tensor, op, issued); },
+                 "all_reduce", bytes);
 }
 
 WorkHandle MpiCommunicator::enqueue(std::function<void()> operation, const char* name,
@@ -220,7 +231,8 @@ std::int64_t in_place_chunk(const torch::Tensor& buffer, int size, const char* o
 
 }  // namespace
 
-void MpiCommunicator::reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op) {
+void MpiCommunicator::reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op,
+                                                  const runtime::IssuedOp& issued) {
   const std::int64_t chunk = in_place_chunk(buffer, size_, "reduce_scatter", name_);
   const auto dtype = buffer.scalar_type();
   if (op == ReduceOp::kAvg && is_integral(dtype)) {
@@ -228,7 +240,7 @@ void MpiCommunicator::reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceO
                         ": integer tensors cannot be averaged exactly; use sum"));
   }
   if (size_ == 1) return;
-  runtime::Watchdog::Scope watch("reduce_scatter", name_.c_str(), byte_size(buffer));
+  runtime::CollectiveScope watch(issued);
   // bfloat16/float16 are reduced in float32 and rounded once, as all_reduce does.
   torch::Tensor work = is_half_type(dtype) ? buffer.to(torch::kFloat) : buffer;
   // MPI's in-place form leaves the reduced chunk at the start of the buffer; it belongs at this
@@ -241,10 +253,11 @@ void MpiCommunicator::reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceO
   if (rank_ != 0 || !work.is_same(buffer)) buffer.narrow(0, rank_ * chunk, chunk).copy_(reduced);
 }
 
-void MpiCommunicator::all_gather_in_place_now(torch::Tensor& buffer) {
+void MpiCommunicator::all_gather_in_place_now(torch::Tensor& buffer,
+                                              const runtime::IssuedOp& issued) {
   const std::int64_t chunk = in_place_chunk(buffer, size_, "all_gather", name_);
   if (size_ == 1) return;
-  runtime::Watchdog::Scope watch("all_gather", name_.c_str(), byte_size(buffer));
+  runtime::CollectiveScope watch(issued);
   const int bytes = static_cast<int>(chunk * static_cast<std::int64_t>(buffer.element_size()));
   HPCTRAIN_MPI_CHECK(
       MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.data_ptr(), bytes, MPI_BYTE, comm_));
@@ -252,14 +265,17 @@ void MpiCommunicator::all_gather_in_place_now(torch::Tensor& buffer) {
 
 WorkHandle MpiCommunicator::reduce_scatter_in_place_async(torch::Tensor buffer, ReduceOp op) {
   const auto bytes = static_cast<std::int64_t>(byte_size(buffer));
-  return enqueue([this, buffer, op]() mutable { reduce_scatter_in_place_now(buffer, op); },
-                 "reduce_scatter", bytes);
+  const runtime::IssuedOp issued = issue("reduce_scatter", buffer);
+  return enqueue(
+      [this, buffer, op, issued]() mutable { reduce_scatter_in_place_now(buffer, op, issued); },
+      "reduce_scatter", bytes);
 }
 
 WorkHandle MpiCommunicator::all_gather_in_place_async(torch::Tensor buffer) {
   const auto bytes = static_cast<std::int64_t>(byte_size(buffer));
-  return enqueue([this, buffer]() mutable { all_gather_in_place_now(buffer); }, "all_gather",
-                 bytes);
+  const runtime::IssuedOp issued = issue("all_gather", buffer);
+  return enqueue([this, buffer, issued]() mutable { all_gather_in_place_now(buffer, issued); },
+                 "all_gather", bytes);
 }
 
 void MpiCommunicator::worker_loop() {
@@ -292,7 +308,8 @@ void MpiCommunicator::broadcast(torch::Tensor& tensor, int root) {
     throw CommError(str("broadcast on group ", name_, ": root ", root, " outside 0..", size_ - 1));
   }
   if (size_ == 1) return;
-  runtime::Watchdog::Scope watch("broadcast", name_.c_str(), byte_size(tensor));
+  runtime::CollectiveScope watch(channel_, "broadcast", name_.c_str(), byte_size(tensor),
+                                 c10::toString(tensor.scalar_type()));
   torch::Tensor work = tensor.is_contiguous() ? tensor : tensor.contiguous();
   auto* bytes = static_cast<char*>(work.data_ptr());
   const std::int64_t total = static_cast<std::int64_t>(byte_size(work));
@@ -318,7 +335,9 @@ torch::Tensor MpiCommunicator::all_gather(const torch::Tensor& tensor) {
     throw CommError(str("all_gather on group ", name_, ": ", format_bytes(bytes),
                         " per rank exceeds the 2 GiB MPI count limit; gather in pieces"));
   }
-  runtime::Watchdog::Scope watch("all_gather", name_.c_str(), static_cast<std::size_t>(bytes));
+  runtime::CollectiveScope watch(channel_, "all_gather", name_.c_str(),
+                                 static_cast<std::size_t>(bytes),
+                                 c10::toString(input.scalar_type()));
   HPCTRAIN_MPI_CHECK(MPI_Allgather(input.data_ptr(), static_cast<int>(bytes), MPI_BYTE,
                                    output.data_ptr(), static_cast<int>(bytes), MPI_BYTE, comm_));
   return output;
@@ -348,7 +367,8 @@ torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, Reduc
                         " elements per rank exceed the MPI count limit"));
   }
   {
-    runtime::Watchdog::Scope watch("reduce_scatter", name_.c_str(), byte_size(input));
+    runtime::CollectiveScope watch(channel_, "reduce_scatter", name_.c_str(), byte_size(input),
+                                   c10::toString(input.scalar_type()));
     HPCTRAIN_MPI_CHECK(
         MPI_Reduce_scatter_block(input.data_ptr(), output.data_ptr(), static_cast<int>(count),
                                  mpi_datatype(input.scalar_type()), mpi_op(op), comm_));
@@ -360,7 +380,7 @@ torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, Reduc
 void MpiCommunicator::barrier() {
   wait_all();
   if (size_ == 1) return;
-  runtime::Watchdog::Scope watch("barrier", name_.c_str(), 0);
+  runtime::CollectiveScope watch(channel_, "barrier", name_.c_str(), 0);
   HPCTRAIN_MPI_CHECK(MPI_Barrier(comm_));
 }
 

@@ -2,6 +2,7 @@
 
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/runtime/abort_hooks.hpp"
+#include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/mpi_check.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -14,11 +15,14 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/trace.hpp"
 #endif
 
@@ -234,6 +238,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclCommInitRank(&comm_, size_, id, rank_));
     HPCTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     timeline_ = std::make_unique<StreamTimeline>(name_, stream_, cuda_index_);
+    channel_ = runtime::channel(name_, "", mpi_comm_);
     // The watchdog's abort (a collective past its deadline, a lost peer) must not wait for NCCL
     // kernels that will never finish: ncclCommAbort cancels them, as ProcessGroupNCCL does.
     // The hook and the destructor may run on different threads: whichever takes the handle
@@ -347,7 +352,7 @@ class NcclCommunicator final : public Communicator {
     // error state so a failed peer turns into an error instead of a hang.
     auto flag = torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA, cuda_index_));
     all_reduce(flag, ReduceOp::kSum);
-    runtime::Watchdog::Scope watch("barrier", name_.c_str(), 0);
+    runtime::Watchdog::Scope watch("barrier", name_.c_str(), 0, channel_, numbered_.load());
     while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
       ncclResult_t async_error = ncclSuccess;
       HPCTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
@@ -382,24 +387,55 @@ class NcclCommunicator final : public Communicator {
   // Orders the communicator's stream after the work queued so far on the default stream; with a
   // trace window open, marks where the collective `name` on `buffer` starts on the stream, for
   // leave().
-  StreamTimeline::Pending enter(const char* name, const torch::Tensor& buffer) {
+  //
+  // The collective is numbered on the group's channel and recorded in the flight recorder here:
+  // on a GPU "entered" means queued by the host; it counts as completed once the host sees its
+  // completion event fired (checked, without waiting, at each later collective).
+  struct Entered {
+    StreamTimeline::Pending traced;
+    runtime::IssuedOp issued;
+  };
+  Entered enter(const char* name, const torch::Tensor& buffer) {
     cudaEvent_t ready;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(ready, nullptr));
     HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
     if (size_ == 1) return {};  // nothing travels: no communication to show
-    return timeline_->begin(name, static_cast<std::int64_t>(buffer.numel()) *
-                                      static_cast<std::int64_t>(buffer.element_size()));
+    reap();
+    const auto bytes = static_cast<std::int64_t>(buffer.numel()) *
+                       static_cast<std::int64_t>(buffer.element_size());
+    Entered e;
+    e.issued = runtime::issue_op(channel_, name, name_.c_str(), static_cast<std::size_t>(bytes),
+                                 c10::toString(buffer.scalar_type()));
+    if (channel_) channel_->enter(e.issued.seq, name);
+    runtime::FlightRecorder::record_start(e.issued.record);
+    numbered_.store(e.issued.seq);
+    e.traced = timeline_->begin(name, bytes);
+    return e;
   }
-  std::shared_ptr<NcclWork> leave(const StreamTimeline::Pending& traced) {
-    timeline_->end(traced);
+  std::shared_ptr<NcclWork> leave(const Entered& entered) {
+    timeline_->end(entered.traced);
     cudaEvent_t done;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(done, stream_));
     auto work = std::make_shared<NcclWork>(done);
     last_ = work;
+    if (entered.issued.seq > 0) {
+      std::lock_guard<std::mutex> lock(inflight_mutex_);
+      inflight_.emplace_back(entered.issued, work);
+    }
     return work;
+  }
+  // Marks the collectives whose completion event fired as completed, oldest first.
+  void reap() {
+    std::lock_guard<std::mutex> lock(inflight_mutex_);
+    while (!inflight_.empty() && inflight_.front().second->done()) {
+      const runtime::IssuedOp& op = inflight_.front().first;
+      if (op.channel) op.channel->complete(op.seq, op.op);
+      runtime::FlightRecorder::record_end(op.record, true);
+      inflight_.pop_front();
+    }
   }
 
   MPI_Comm mpi_comm_;
@@ -413,6 +449,10 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<StreamTimeline> timeline_;
   std::shared_ptr<NcclWork> last_;
   int abort_hook_ = -1;
+  runtime::Channel* channel_ = nullptr;
+  std::atomic<std::uint64_t> numbered_{0};  // the last number issued (the barrier's watchdog)
+  std::mutex inflight_mutex_;
+  std::deque<std::pair<runtime::IssuedOp, std::shared_ptr<NcclWork>>> inflight_;
 };
 
 }  // namespace

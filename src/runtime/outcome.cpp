@@ -8,6 +8,9 @@
 #include <mutex>
 #include <string>
 
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
+
 namespace hpctrain::runtime {
 namespace {
 
@@ -52,10 +55,16 @@ void write_outcome(int exit_code, const std::string& reason, int rank) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     char time[32];
     std::snprintf(time, sizeof time, "%.3f", std::chrono::duration<double>(now).count());
+    // A lost rank or a hang: where the ranks' flight recorder files are (jobs/train.sbatch says).
+    std::string flight;
+    if (exit_code == kExitComm || exit_code == kExitHang) {
+      const std::string dir = FlightRecorder::directory();
+      if (!dir.empty()) flight = ", \"flight\": " + quoted(dir);
+    }
     const std::string text =
         "{\"exit_code\": " + std::to_string(exit_code) + ", \"reason\": " + quoted(reason) +
         ", \"step\": " + std::to_string(g_step.load(std::memory_order_relaxed)) +
-        ", \"rank\": " + std::to_string(rank) + ", \"time\": " + time + "}\n";
+        ", \"rank\": " + std::to_string(rank) + ", \"time\": " + time + flight + "}\n";
     const std::string tmp = g_path + ".tmp." + std::to_string(::getpid());
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) return;

@@ -11,8 +11,12 @@
 #include <thread>
 
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
+#include "hpctrain/runtime/hang_attribution.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/outcome.hpp"
+#include "hpctrain/runtime/peer_monitor.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -32,6 +36,8 @@ struct Slot {
   const char* group = nullptr;
   std::size_t bytes = 0;
   Clock::time_point since;
+  Channel* channel = nullptr;
+  std::uint64_t seq = 0;
 };
 
 struct State {
@@ -48,6 +54,75 @@ State& state() {
   return s;
 }
 
+// How long the rank that reports a hang waits for the other ranks' flight files before it ends
+// the job, and how long a rank that leaves the report to another waits for that rank to end it.
+constexpr double kDumpWaitSeconds = 5;
+constexpr double kReporterGraceSeconds = 30;
+
+// Reports a collective past its deadline and ends the job with kExitHang. Runs on the watchdog
+// thread, without the lock.
+[[noreturn]] void report_hang(const Slot& slot, double waited, double timeout_s) {
+  const Runtime* rt = Runtime::current();
+  const int world_rank = rt ? rt->world_rank() : 0;
+  const std::string host = rt ? node_name(rt->host()) : std::string();
+  // One message for the job: the ranks whose collectives time out together agree over the
+  // heartbeat ring which of them reports; the others only write their flight files.
+  const int reporter = PeerMonitor::claim_hang_report();
+  if (reporter != world_rank) {
+    FlightRecorder::request_dump(DumpReason::kCollectiveTimeout);
+    std::this_thread::sleep_for(std::chrono::duration<double>(kReporterGraceSeconds));
+    log::error(str("collective ", slot.operation, " on the ", slot.group,
+                   " group has not completed after ",
+                   format_seconds(waited + kReporterGraceSeconds), "; rank ", reporter,
+                   " reported the hang but the job did not end: aborting"));
+    write_outcome(
+        kExitHang,
+        str("collective ", slot.operation, " on the ", slot.group, " group has not completed"),
+        world_rank);
+    abort_job(kExitHang);
+  }
+  std::string text =
+      str("collective ", slot.operation, " on the ", slot.group, " group (",
+          format_bytes(static_cast<double>(slot.bytes)), ") has not completed after ",
+          format_seconds(waited), " (timeout ", format_seconds(timeout_s), ")");
+  std::string summary = text;
+  if (slot.channel != nullptr && PeerMonitor::running()) {
+    WaitingCollective w;
+    w.world_rank = world_rank;
+    w.host = host;
+    w.group = slot.group;
+    w.channel = slot.channel->name();
+    w.channel_id = slot.channel->id();
+    w.members = slot.channel->members();
+    w.seq = slot.seq;
+    w.op = slot.operation;
+    w.waited_s = waited;
+    w.step = position::step();
+    const HangAttribution attribution = attribute_hang(w, PeerMonitor::positions());
+    text += ". " + attribution.text;
+    summary = attribution.text;
+  } else if (slot.channel != nullptr && PeerMonitor::timeout() <= 0) {
+    const std::string why = PeerMonitor::off_reason();
+    text += str(". Which rank it waits for is unknown: the peer monitor is off",
+                why.empty() ? std::string() : " (" + why + ")");
+  }
+  const std::string flight_dir = FlightRecorder::directory();
+  if (!flight_dir.empty()) {
+    text += str(". Flight records of every rank that could write one: ", flight_dir,
+                "/rank-*.json (hpctrain trace flight on the run directory merges them)");
+  }
+  log::error(text +
+             ". Another rank has probably failed, been stopped, or is running a different "
+             "command; check the other ranks' messages above. Raise the limit with "
+             "--collective-timeout or HPCTRAIN_COLLECTIVE_TIMEOUT if the wait is legitimate. "
+             "Aborting the job.");
+  if (!flight_dir.empty() && !FlightRecorder::dump(DumpReason::kCollectiveTimeout).empty()) {
+    PeerMonitor::wait_for_dumps(kDumpWaitSeconds);
+  }
+  write_outcome(kExitHang, clip(summary, 2000), world_rank);
+  abort_job(kExitHang);
+}
+
 void monitor_loop() {
   State& s = state();
   std::unique_lock<std::mutex> lock(s.mutex);
@@ -60,19 +135,10 @@ void monitor_loop() {
       if (!slot.busy) continue;
       double waited = std::chrono::duration<double>(now - slot.since).count();
       if (waited < s.timeout_s) continue;
-      log::error(str("collective ", slot.operation, " on the ", slot.group, " group (",
-                     format_bytes(static_cast<double>(slot.bytes)), ") has not completed after ",
-                     format_seconds(waited), " (timeout ", format_seconds(s.timeout_s),
-                     "). Another rank has probably failed, been killed, or is running a "
-                     "different command; check the other ranks' messages above. Raise the limit "
-                     "with --collective-timeout or HPCTRAIN_COLLECTIVE_TIMEOUT if the wait is "
-                     "legitimate. Aborting the job."));
+      const Slot expired = slot;
+      const double timeout_s = s.timeout_s;
       lock.unlock();
-      write_outcome(kExitHang,
-                    str("collective ", slot.operation, " on the ", slot.group,
-                        " group has not completed after ", format_seconds(waited)),
-                    -1);
-      abort_job(kExitHang);
+      report_hang(expired, waited, timeout_s);
     }
   }
 }
@@ -105,13 +171,17 @@ double Watchdog::timeout() {
   return state().timeout_s;
 }
 
-Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes) {
+Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes)
+    : Scope(operation, group, bytes, nullptr, 0) {}
+
+Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes,
+                       Channel* channel, std::uint64_t seq) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.running) return;
   for (int i = 0; i < kSlots; ++i) {
     if (!s.slots[i].busy) {
-      s.slots[i] = Slot{true, operation, group, bytes, Clock::now()};
+      s.slots[i] = Slot{true, operation, group, bytes, Clock::now(), channel, seq};
       slot_ = i;
       return;
     }

@@ -81,6 +81,8 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   j["cost_ratio_train_to_eval"] = {
       {"flops", 3.0}, {"measured", (train_sps > 0 && eval_sps > 0) ? eval_sps / train_sps : 0}};
   j["rank_seconds_per_rank"] = per_rank;
+  // The per-rank spread the straggler detector saw each logging interval, and whom it named.
+  if (!f.stragglers.is_null()) j["stragglers"] = f.stragglers;
   j["peak_rss_bytes_per_rank"] = peaks;
   // Host tensors alive at once: the part of peak RSS that the plan's memory estimate models.
   if (*std::min_element(tensor_peaks.begin(), tensor_peaks.end()) >= 0) {

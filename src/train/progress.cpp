@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -144,6 +145,14 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(
   const std::string type = record.value("type", "");
   if (type == "train" || type == "eval" || type == "checkpoint")
     add_numbers(type + "/", record, out);
+  if (type == "straggler" && record.contains("rank") && record.contains("ratio")) {
+    // One series per rank and time: "straggler/rank_2/compute" is how much slower than the
+    // median rank 2 was while named.
+    std::string which = record.value("which", "compute");
+    std::replace(which.begin(), which.end(), ' ', '_');
+    out.emplace_back(str("straggler/rank_", record["rank"].get<int>(), "/", which),
+                     record["ratio"].get<double>());
+  }
   return out;
 }
 

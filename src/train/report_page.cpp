@@ -368,6 +368,41 @@ std::string render_report_page(const std::string& run_dir) {
   html += line_chart("step_time", "Seconds per step", "seconds", times);
   html += "</div>\n";
 
+  // Stragglers: each rank's compute time per step, interval by interval (train records'
+  // rank_compute_s), the ranks the detector named drawn as markers on their line.
+  std::vector<Series> per_rank;
+  for (const auto& r : rows) {
+    if (r.value("type", "") != "train" || !r.contains("rank_compute_s") || !r.contains("step") ||
+        !r["rank_compute_s"].is_array() || !r["step"].is_number()) {
+      continue;
+    }
+    const auto& compute = r["rank_compute_s"];
+    for (std::size_t k = 0; k < compute.size() && k < 16; ++k) {
+      if (per_rank.size() <= k) {
+        per_rank.push_back({str("rank ", k), {}, kColors[k % (sizeof kColors / sizeof *kColors)]});
+      }
+      if (compute[k].is_number()) {
+        per_rank[k].points.emplace_back(r["step"].get<double>(), compute[k].get<double>());
+      }
+    }
+  }
+  if (!per_rank.empty()) {
+    Series named{"named straggler", {}, "#000000", false, "d"};
+    for (const auto& r : rows) {
+      if (r.value("type", "") == "straggler" && r.value("which", "") == "compute" &&
+          r.contains("step") && r["step"].is_number()) {
+        named.points.emplace_back(r["step"].get<double>(), r.value("seconds_per_step", 0.0));
+      }
+    }
+    if (!named.points.empty()) per_rank.push_back(named);
+    html += "<h2>Stragglers</h2><div class=\"charts\">\n";
+    html += line_chart("rank_compute",
+                       "Compute seconds per step, per rank (the first 16 ranks; named "
+                       "stragglers: diamonds)",
+                       "seconds", per_rank);
+    html += "</div>\n";
+  }
+
   // Where the time went, per rank, and what training cost against evaluation.
   html += "<h2>Compute ledger</h2><div class=\"charts\">\n";
   const std::vector<std::string> phases{"forward",   "backward", "optimizer", "comm_wait",

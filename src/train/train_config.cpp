@@ -144,6 +144,22 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
       }
     }
     if (c.logging.every_steps < 1) s.fail("every_steps", "must be at least 1");
+    c.logging.flight_records = s.get<std::int64_t>("flight_records", c.logging.flight_records);
+    if (c.logging.flight_records < 0 || c.logging.flight_records > 10000000) {
+      s.fail("flight_records", "must be 0 (off) to 10000000 operations kept per rank");
+    }
+    c.logging.flight_dump = s.get<bool>("flight_dump", c.logging.flight_dump);
+    c.logging.straggler_threshold =
+        s.get<double>("straggler_threshold", c.logging.straggler_threshold);
+    if (!(c.logging.straggler_threshold > 1)) {
+      s.fail("straggler_threshold",
+             "must be more than 1 (a factor over the median time of the ranks, e.g. 1.2)");
+    }
+    c.logging.straggler_intervals =
+        s.get<std::int64_t>("straggler_intervals", c.logging.straggler_intervals);
+    if (c.logging.straggler_intervals < 1) {
+      s.fail("straggler_intervals", "must be at least 1 (logging intervals in a row)");
+    }
   }
   {
     auto s = config.section("debug");
@@ -159,6 +175,15 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.stage_inputs = s.get<bool>("stage_inputs", c.debug.stage_inputs);
     c.debug.fail_step = s.get<std::int64_t>("fail_step", c.debug.fail_step);
     c.debug.fail_rank = s.get<int>("fail_rank", c.debug.fail_rank);
+    c.debug.hang_step = s.get<std::int64_t>("hang_step", c.debug.hang_step);
+    c.debug.hang_rank = s.get<int>("hang_rank", c.debug.hang_rank);
+    c.debug.hang_stop =
+        s.get_choice<bool>("hang_mode", c.debug.hang_stop, {{"sleep", false}, {"stop", true}});
+    c.debug.desync_step = s.get<std::int64_t>("desync_step", c.debug.desync_step);
+    c.debug.desync_rank = s.get<int>("desync_rank", c.debug.desync_rank);
+    c.debug.slow_rank = s.get<int>("slow_rank", c.debug.slow_rank);
+    c.debug.slow_ms = s.get<double>("slow_ms", c.debug.slow_ms);
+    if (c.debug.slow_ms < 0) s.fail("slow_ms", "must be 0 or more");
   }
   switch (c.optim.loss_scale.mode) {
     case LossScaleMode::kAuto: c.loss_scaling = c.run.precision == Precision::kFp16; break;

@@ -1,5 +1,6 @@
 #include "hpctrain/train/trainer.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -33,19 +34,23 @@
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/outcome.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
+#include "hpctrain/train/flight_report.hpp"
 #include "hpctrain/train/ledger.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
 #include "hpctrain/train/resume_checks.hpp"
+#include "hpctrain/train/straggler_detector.hpp"
 #include "input_checks.hpp"
 #include "memory_facts.hpp"
 #include "profile_session.hpp"
@@ -64,6 +69,12 @@ namespace {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9;
 }
 
 }  // namespace
@@ -152,6 +163,7 @@ struct Trainer::Impl {
   std::optional<double> metric_at_step;  // eval metric of the current step, if evaluated
   std::int64_t metric_step = -1;
   std::unique_ptr<runtime::ResourceMonitor> monitor;
+  std::unique_ptr<StragglerDetector> stragglers;
   std::vector<char> debug_memory;  // debug.extra_memory_mb, held while training
 
   Impl(comm::Environment e) : env(std::move(e)) {}
@@ -278,6 +290,7 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   m.config_text = config.dump();
   if (m.is_rank0()) {
     create_run_dir(cfg.run.dir);
+    set_aside_flight_files(cfg.run.dir);  // an earlier job's: not mixed with this job's
     const std::string error = write_run_file(
         cfg.run.dir + "/config.yaml",
         "# resolved configuration (file, --set overrides and defaults) written by hpctrain\n" +
@@ -290,6 +303,10 @@ void Trainer::Impl::build(const std::string& resume) {
   Impl& m = *this;
   const TrainConfig& cfg = m.cfg;
   const auto& grid = m.env.grid;
+  // The flight recorder's size and where its files go (docs/OBSERVABILITY.md).
+  runtime::FlightRecorder::configure(static_cast<std::size_t>(cfg.logging.flight_records));
+  runtime::FlightRecorder::set_directory(cfg.run.dir + "/flight", m.env.runtime.world_rank(),
+                                         runtime::node_name(m.env.runtime.host()));
   // Collectives from here on.
   if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
   m.model->to(m.device);
@@ -335,6 +352,7 @@ void Trainer::Impl::build(const std::string& resume) {
 }
 
 void Trainer::Impl::resume(const std::string& resume) {
+  runtime::PhaseScope phase(runtime::Phase::kCheckpointLoad);
   auto path = ckpt->resolve(resume);
   if (!path) {
     if (resume == "auto") log::debug("no checkpoint to resume from: starting at step 0");
@@ -397,6 +415,7 @@ void Trainer::Impl::resume(const std::string& resume) {
 
 void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   const auto start = Clock::now();
+  runtime::PhaseScope phase(runtime::Phase::kCheckpointSave);
   parameters_ready();
   runtime::trace::Scope traced(0, "checkpoint save", step);
   checkpoint::SaveContent content;
@@ -457,6 +476,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.loss_scale = scaler->enabled() ? scaler->scale() : 0;
   facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;
   facts.peak_tensor_bytes = peak_tensor_bytes();
+  if (stragglers) facts.stragglers = stragglers->summary();
   add_memory_facts(facts, *model, *flat, *optimizer, cfg);
   return facts;
 }
@@ -479,6 +499,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() c
 bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log,
                              TrainOutcome& outcome) {
   const auto eval_start = Clock::now();
+  runtime::PhaseScope phase(runtime::Phase::kEvaluation);
   parameters_ready();
   runtime::trace::Scope traced(0, "eval", step);
   if (cfg.debug.stop_eval_step == step &&
@@ -634,6 +655,9 @@ TrainOutcome Trainer::run() {
                 {"blocking_seconds", m.ckpt->last_blocking_seconds()}});
   };
   IntervalStats interval;
+  m.stragglers = std::make_unique<StragglerDetector>(
+      cfg.logging.straggler_threshold, static_cast<int>(cfg.logging.straggler_intervals));
+  double compute_logged = 0;  // forward + backward + optimizer seconds at the last log line
   data::SamplerState interval_start = m.state.sampler;  // per-source counts of the interval
   std::vector<data::Batch> micro;
   // The loop's time after a step (logging, the stop agreement) outside evaluations and saves,
@@ -644,6 +668,8 @@ TrainOutcome Trainer::run() {
     tracer.before_step(m.state.step + 1);
     profiler.before_step(m.state.step + 1);
     const auto step_start = Clock::now();
+    runtime::position::set_step(m.state.step + 1);
+    runtime::position::set_phase(runtime::Phase::kDataWait);
     const double wait_before = loader.wait_seconds();
     if (!loader.next_step(micro)) {
       throw Error(str("the data stream ended early at step ", m.state.step, " (internal error)"));
@@ -652,10 +678,15 @@ TrainOutcome Trainer::run() {
     const double waited = loader.wait_seconds() - wait_before;
     m.phases.data_wait += waited;
     interval.data_wait += waited;
+    const double cpu_before = thread_cpu_seconds();
     const StepResult r = m.steps->step(micro, m.state.step, m.total_steps, m.phases);
+    // On the CPU a step's compute is the training thread's CPU time: what the work costs, not how
+    // long the operating system let it run (ranks sharing cores would look slow by turns).
+    if (m.steps->host_timed()) m.stragglers->step(thread_cpu_seconds() - cpu_before, waited);
     if (runtime::trace::on()) {
       runtime::trace::record(0, "step", step_start, Clock::now(), m.state.step + 1);
     }
+    runtime::position::set_phase(runtime::Phase::kStepEnd);
     m.state.sampler = loader.state();
     if (r.skipped) ++m.state.skipped_steps;
     ++m.state.step;
@@ -678,6 +709,14 @@ TrainOutcome Trainer::run() {
         extra["samples_per_source"] = source_counts(*m.sampler, interval_start, m.state.sampler);
         interval_start = m.state.sampler;
       }
+      // Each rank's compute and data wait per step of the interval, gathered (stragglers).
+      const double compute = m.phases.forward + m.phases.backward + m.phases.optimizer;
+      const double steps = static_cast<double>(std::max<std::int64_t>(1, interval.steps));
+      const auto times = m.stragglers->observe(step, (compute - compute_logged) / steps,
+                                               interval.data_wait / steps, interval.seconds / steps,
+                                               *m.env.control.world, log);
+      for (const auto& [key, value] : times.items()) extra[key] = value;
+      compute_logged = compute;
       log_interval(interval, step, m.state.sampler.epoch, *m.env.control.dp, log, extra);
       interval = IntervalStats{};
     }
@@ -702,6 +741,9 @@ TrainOutcome Trainer::run() {
     local.save_pending = m.ckpt->has_pending();
     local.save_writing = m.ckpt->writing();
     runtime::set_outcome_step(step);
+    if (cfg.debug.desync_step == step && cfg.debug.desync_rank == m.env.runtime.world_rank()) {
+      m.env.control.world->barrier();  // tests: a collective the other ranks do not enter
+    }
     const comm::StopRequest agreed = stop_agreement.agree(local);
     // A background save that every rank has finished writing: collect its outcome now (no
     // waiting), so a failed save (disk full) ends the run at once, not at the next save.
@@ -721,6 +763,9 @@ TrainOutcome Trainer::run() {
     if (requeue) {
       outcome.exit_code = kExitRequeue;
       stop = true;
+      if (cfg.logging.flight_dump && stop_agreement.signal() != 0) {
+        runtime::FlightRecorder::dump(runtime::DumpReason::kStopSignal);
+      }
     }
     const auto why = m.saves->reason(step, stop || step == m.total_steps, requeue, agreed.save_due);
     if (why != checkpoint::SaveReason::kNone) {
@@ -737,6 +782,7 @@ TrainOutcome Trainer::run() {
     tracer.after_step(step, *m.env.control.world, [&m] { m.ckpt->wait(); });
     profiler.after_step(step);
   }
+  runtime::position::set_phase(runtime::Phase::kIdle);
   m.parameters_ready();
   tracer.finish(*m.env.control.world);
   profiler.finish();

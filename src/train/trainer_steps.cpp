@@ -1,8 +1,12 @@
 #include "trainer_steps.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <limits>
+#include <thread>
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/control_plane.hpp"
@@ -16,6 +20,7 @@
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/resource_monitor.hpp"
 #include "hpctrain/runtime/runtime.hpp"
@@ -39,6 +44,28 @@ constexpr int kCommWait = 3;
 // (std::max(0.0, NaN) is 0.0, which would hide a non-finite gradient from the skip and stop).
 double root_of_square_sum(double sq) {
   return std::sqrt(sq < 0 ? 0.0 : sq);
+}
+
+// debug.slow_*: a straggler for tests, as a slower processor would be: the rank computes (spins)
+// for `ms` milliseconds of its own CPU time in forward.
+void slow_compute(double ms) {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  const double until = static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9 + ms / 1000;
+  volatile double sink = 0;
+  for (;;) {
+    for (int i = 0; i < 10000; ++i) sink = sink + 1e-9;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    if (static_cast<double>(t.tv_sec) + t.tv_nsec * 1e-9 >= until) break;
+  }
+}
+
+// debug.hang_*: this rank stops in backward for good, as a hung or stopped process would (the
+// collective watchdog of the others ends the job).
+void hang_in_backward(bool stop_process) {
+  log::rank_warn("debug.hang_step: this rank stops in backward now (a test of hang attribution)");
+  if (stop_process) std::raise(SIGSTOP);
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 }  // namespace
 
@@ -143,7 +170,11 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
     }
     auto t0 = Clock::now();
+    runtime::position::set_phase(runtime::Phase::kForward);
     const int m0 = timer_.mark();
+    if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
+      slow_compute(p_.cfg.debug.slow_ms);
+    }
     model::LossOutput out;
     {
       compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
@@ -166,8 +197,13 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     if (trace::on()) trace::record(0, "forward", t0, Clock::now());
 
     auto t1 = Clock::now();
+    runtime::position::set_phase(runtime::Phase::kBackward);
     p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
     loss.backward();
+    if (p_.cfg.debug.hang_step == step + 1 &&
+        p_.cfg.debug.hang_rank == p_.env.runtime.world_rank()) {
+      hang_in_backward(p_.cfg.debug.hang_stop);
+    }
     timer_.add(kBackward, m1, timer_.mark());
     if (trace::on()) trace::record(0, "backward", t1, Clock::now());
     r.loss_sum += out.loss_sum;
@@ -194,6 +230,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     trace::Scope traced(0, "checkpoint copy wait");
     phases.checkpoint += p_.before_update();
   }
+  runtime::position::set_phase(runtime::Phase::kOptimizer);
   trace::Scope optimizer_slice(0, "optimizer");
   const int m2 = timer_.mark();
   if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two

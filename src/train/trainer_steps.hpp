@@ -76,6 +76,9 @@ class StepRunner {
   /// steps since the last call to `phases`; on a GPU this waits for the device once. Call at
   /// logging intervals and before the ledger is written. Local.
   void resolve_phases(PhaseSeconds& phases);
+  /// Whether step() adds its phase times to `phases` at once (host timing, CPU) rather than at
+  /// resolve_phases (device events). Local.
+  bool host_timed() const { return !timer_.uses_events(); }
 
  private:
   double global_grad_norm();

@@ -21,8 +21,9 @@
 #include "hpctrain/comm/reduce_op.hpp"
 
 namespace hpctrain::runtime {
+class Channel;
 class ProcessGrid;
-}
+}  // namespace hpctrain::runtime
 
 namespace hpctrain::comm {
 
@@ -100,13 +101,15 @@ class ControlPlane {
   MPI_Comm mpi_comm() const { return comm_; }
 
  private:
-  ControlPlane(MPI_Comm comm, std::string name, bool owned);
+  ControlPlane(MPI_Comm comm, std::string name, bool owned, int copy);
 
   MPI_Comm comm_;
   std::string name_;
   int rank_ = 0;
   int size_ = 1;
   bool owned_ = false;
+  int copy_ = 0;                         // 0: the group's channel; n: the n-th duplicate()
+  runtime::Channel* channel_ = nullptr;  // sequence numbers and the flight recorder
 };
 
 /// The control channels of the process grid's three groups. Local value type.

@@ -15,6 +15,11 @@
 #include <thread>
 
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/runtime/collective_scope.hpp"
+
+namespace hpctrain::runtime {
+class Channel;
+}
 
 namespace hpctrain::comm {
 
@@ -48,9 +53,14 @@ class MpiCommunicator final : public Communicator {
   void plain_mpi_all_reduce(torch::Tensor& tensor, ReduceOp op);
 
  private:
-  void all_reduce_now(torch::Tensor& tensor, ReduceOp op);
-  void reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op);
-  void all_gather_in_place_now(torch::Tensor& buffer);
+  // The operation, numbered on the group's channel when it was issued (issue()), runs now.
+  void all_reduce_now(torch::Tensor& tensor, ReduceOp op, const runtime::IssuedOp& issued);
+  void reduce_scatter_in_place_now(torch::Tensor& buffer, ReduceOp op,
+                                   const runtime::IssuedOp& issued);
+  void all_gather_in_place_now(torch::Tensor& buffer, const runtime::IssuedOp& issued);
+  /// Numbers `op` on `tensor` on the channel and records it as enqueued (nothing on a group of
+  /// one: no collective runs). Call in issue order. Local.
+  runtime::IssuedOp issue(const char* op, const torch::Tensor& tensor);
   /// Runs `operation` on the communication thread (or now, without one), traced as `name` over
   /// `bytes` on the group's lane.
   WorkHandle enqueue(std::function<void()> operation, const char* name, std::int64_t bytes);
@@ -72,6 +82,7 @@ class MpiCommunicator final : public Communicator {
   // logging.trace: this communicator's lane ("comm <name>"), and the end of its last collective
   // (collectives run one after another, so a queued one starts when the previous one ended).
   int trace_lane_ = 0;
+  runtime::Channel* channel_ = nullptr;  // sequence numbers and the flight recorder
   std::chrono::steady_clock::time_point last_end_{};
 };
 

@@ -1,6 +1,7 @@
 #pragma once
 // How a training job ended, in a file (run.dir/outcome.json, or train --outcome-file): one JSON
-// line {"exit_code", "reason", "step", "rank", "time"}. A caller of mpirun does not see the ranks'
+// line {"exit_code", "reason", "step", "rank", "time"}, and for exit 5 and 7 "flight": the
+// directory of the ranks' flight recorder files. A caller of mpirun does not see the ranks'
 // exit code when the launcher itself was signalled (OpenMPI's mpirun ends with 1 after forwarding
 // SIGTERM or SIGINT) or a rank was killed (137): the file says 75 or 5. jobs/train.sbatch and
 // jobs/train-chain.sh decide from it (README.md, "Exit codes").

@@ -1,12 +1,17 @@
 #pragma once
 // Collective watchdog: a collective that has not completed after the configured timeout is
 // reported (rank, host, operation, group, how long) and the job is aborted, so a job whose
-// peer died or diverged never hangs silently until the scheduler's time limit.
+// peer died or diverged never hangs silently until the scheduler's time limit. With the peer
+// monitor running, the report also names the ranks the collective waits for and where each of
+// them is (hang_attribution.hpp), it is printed once for the job (the ranks agree over the
+// heartbeat ring which of them prints), and every rank writes its flight recorder file first.
 
 #include <cstddef>
 #include <cstdint>
 
 namespace hpctrain::runtime {
+
+class Channel;
 
 /// Process-wide watchdog over blocking collectives.
 class Watchdog {
@@ -22,6 +27,10 @@ class Watchdog {
   class Scope {
    public:
     Scope(const char* operation, const char* group, std::size_t bytes);
+    /// The same for collective number `seq` of `channel` (the attribution compares it with the
+    /// other ranks' positions); `channel` nullptr: not numbered.
+    Scope(const char* operation, const char* group, std::size_t bytes, Channel* channel,
+          std::uint64_t seq);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;

@@ -55,6 +55,8 @@ struct LedgerFacts {
   std::int64_t peak_device_memory_bytes = -1;  ///< this rank's, from the resource monitor
   /// This rank's most host-tensor bytes alive at once (the counting CPU allocator; -1 unknown).
   std::int64_t peak_tensor_bytes = -1;
+  /// The straggler detector's summary (StragglerDetector::summary; rank 0), null: none.
+  nlohmann::ordered_json stragglers;
   /// Bytes this rank holds for training state (flat buffers, padding included) and the
   /// activations of one micro-batch as docs/PLAN.md estimates them (gpt only; 0 otherwise).
   std::int64_t parameter_bytes = 0;

@@ -69,6 +69,15 @@ struct LoggingSection {
   /// logging.peak_flops: per-device peak FLOP/s (a number or a preset of `hpctrain plan`); when
   /// set, train records carry "mfu" (model FLOPs per second per rank over the peak). 0: unset.
   double peak_flops = 0;
+  /// logging.flight_records: operations the flight recorder keeps per rank (0: off).
+  std::int64_t flight_records = 2000;
+  /// logging.flight_dump: a stop signal (exit 75) also writes every rank's flight file.
+  bool flight_dump = false;
+  /// logging.straggler_threshold: a rank whose compute or data-wait time per step exceeds the
+  /// interval's median by this factor ...
+  double straggler_threshold = 1.2;
+  /// logging.straggler_intervals: ... for this many logging intervals in a row is named.
+  std::int64_t straggler_intervals = 3;
 };
 
 struct DebugSection {
@@ -88,6 +97,18 @@ struct DebugSection {
   /// data::InputStaging::kCopy), copy them with non_blocking, and leave the loss's metric sums
   /// pending until after the gradient norm (tests: the training must not change).
   bool stage_inputs = false;
+  /// Hang tests: at step `hang_step`, world rank `hang_rank` stops in backward, either sleeping
+  /// (its heartbeat goes on) or stopping itself with SIGSTOP (hang_mode: sleep | stop).
+  std::int64_t hang_step = -1;
+  int hang_rank = 0;
+  bool hang_stop = false;  ///< debug.hang_mode: sleep (false) | stop (true)
+  /// Desynchronisation test: at step `desync_step`, world rank `desync_rank` enters a world
+  /// barrier the other ranks never enter (they enter the stop agreement's all-reduce).
+  std::int64_t desync_step = -1;
+  int desync_rank = 0;
+  /// Straggler tests: world rank `slow_rank` sleeps `slow_ms` milliseconds in every forward.
+  int slow_rank = -1;
+  double slow_ms = 0;
 };
 
 /// A training run's configuration, parsed once. Each layer owns its section's struct, defaults

@@ -2,7 +2,9 @@
 # The peer monitor under mpirun on one machine (the multi-node Slurm tests kill whole nodes): a rank
 # that falls silent (SIGSTOP) is reported by the others, naming its rank and host, and the job ends
 # with exit 5 within seconds of the peer timeout instead of hanging in its collectives; a pause of
-# the whole job (every rank stopped, then continued, as a suspended job is) is nobody's loss.
+# the whole job (every rank stopped, then continued, as a suspended job is) is nobody's loss. A
+# rank killed outright: the survivors' message gives its last known position (issue 29) and each
+# survivor writes its flight recorder file.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 train=("$HPCTRAIN_BIN" train -c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml"
@@ -54,6 +56,25 @@ if start_job 4 stopped; then
     ((elapsed < 60)) || fail "stopped rank: the job took ${elapsed}s to end"
     expect_grep "\[hpctrain r[13]/[^]]+\] error: lost rank 2 \(host $(hostname)[,)].*no heartbeat for [0-9.]+ s \(timeout 4(\.0)? s\).*Ending with exit code 5" "$TMP/stopped.txt"
     echo "stopped rank 2: the job ended with exit $rc ${elapsed}s later"
+  fi
+fi
+
+# 3 (first: it needs no pause). Rank 1 of 3 is killed: the survivors name it with the position
+# the heartbeat ring last carried (step, phase, its last collectives) and write their flight files.
+if start_job 3 killed; then
+  victim=$(pid_of_rank 1)
+  if [[ -z $victim ]]; then
+    fail "killed: no pid for rank 1 (ranks: $(rank_pids | tr '\n' ' '))"
+  else
+    sleep 2 # a beat or two of training positions (one a second) before the kill
+    kill -KILL "$victim"
+    wait "$LAUNCHER"
+    expect_grep "\] error: lost rank 1 \(host $(hostname)[,)].*Its last known position: step [0-9]+, in [a-z ]+ for [0-9.]+ m?s when last heard [0-9.]+ m?s ago; dp all_reduce #[0-9]+ .*Ending with exit code 5.*Flight records: $TMP/killed/flight/rank-\*\.json" "$TMP/killed.txt"
+    for r in 0 2; do
+      [[ -f $TMP/killed/flight/rank-$r.json ]] || fail "killed: survivor rank $r wrote no flight file"
+    done
+    grep -q '"reason": "lost rank"' "$TMP/killed/flight/rank-0.json" 2>/dev/null ||
+      fail "killed: rank 0's flight file does not say lost rank"
   fi
 fi
 

@@ -1,0 +1,44 @@
+#include "hpctrain/runtime/collective_scope.hpp"
+
+#include <exception>
+
+#include "hpctrain/runtime/flight_recorder.hpp"
+#include "hpctrain/runtime/position.hpp"
+
+namespace hpctrain::runtime {
+
+IssuedOp issue_op(Channel* channel, const char* op, const char* group, std::size_t bytes,
+                  const char* dtype) {
+  IssuedOp issued;
+  issued.channel = channel;
+  issued.seq = channel ? channel->issue() : 0;
+  issued.op = op;
+  issued.group = group;
+  issued.bytes = bytes;
+  issued.record = FlightRecorder::record_issue(channel, issued.seq, op,
+                                               static_cast<std::int64_t>(bytes), dtype);
+  return issued;
+}
+
+CollectiveScope::CollectiveScope(Channel* channel, const char* op, const char* group,
+                                 std::size_t bytes, const char* dtype, bool watched)
+    : CollectiveScope(issue_op(channel, op, group, bytes, dtype), watched) {}
+
+CollectiveScope::CollectiveScope(const IssuedOp& issued, bool watched)
+    : op_(issued), exceptions_(std::uncaught_exceptions()) {
+  if (watched) watch_.emplace(op_.op, op_.group, op_.bytes, op_.channel, op_.seq);
+  enter();
+}
+
+void CollectiveScope::enter() {
+  if (op_.channel) op_.channel->enter(op_.seq, op_.op);
+  FlightRecorder::record_start(op_.record);
+}
+
+CollectiveScope::~CollectiveScope() {
+  const bool failed = std::uncaught_exceptions() > exceptions_;
+  if (op_.channel && !failed) op_.channel->complete(op_.seq, op_.op);
+  FlightRecorder::record_end(op_.record, !failed);
+}
+
+}  // namespace hpctrain::runtime
