@@ -34,7 +34,7 @@ def save(path, tensors, metadata=None, order=None):
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
     for name in names:
         t = tensors[name].detach().cpu().contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         header[name] = {"dtype": NAMES[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)

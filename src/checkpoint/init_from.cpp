@@ -149,6 +149,8 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
     }
     used[source->name] = true;
     const auto& got = source->shape;
+    const std::string label =
+        source->name == step.target ? step.target : str(source->name, " -> ", step.target);
     if (got != expected) {
       const bool rows_only = got.size() == 2 && expected.size() == 2 && got[1] == expected[1];
       const bool vocab =
@@ -156,13 +158,12 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
       const bool positions = gpt != nullptr && step.target == "wpe.weight";
       if (rows_only && vocab && got[0] < expected[0]) {
         report.notes.push_back(
-            str(source->name, ": the file's ", got[0],
+            str(label, ": the file's ", got[0],
                 " rows are padded with zero rows to model.vocab_size = ", expected[0], " (rows ",
                 got[0], "-", expected[0] - 1, " start at zero)"));
       } else if (rows_only && positions && got[0] > expected[0]) {
-        report.notes.push_back(str(source->name, ": the first ", expected[0], " of the file's ",
-                                   got[0], " positions are used (model.seq_len = ", expected[0],
-                                   ")"));
+        report.notes.push_back(str(label, ": the first ", expected[0], " of the file's ", got[0],
+                                   " positions are used (model.seq_len = ", expected[0], ")"));
       } else {
         std::string hint;
         if (rows_only && vocab) {

@@ -16,10 +16,9 @@ void init_weights_from(model::Model& model, const std::string& path, comm::Envir
   agreement.run([&] {
     report = checkpoint::init_model_from(model, path, env.grid.tp_rank(), env.grid.tp_size());
   });
-  log::info(str("initialised ", report.parameters, " parameters",
+  log::info(str("model.init_from: initialised ", report.parameters, " parameters",
                 report.buffers > 0 ? str(" and ", report.buffers, " buffers") : std::string(),
-                " from ", report.source,
-                " (model.init_from); the optimizer starts fresh at step 0"));
+                " from ", report.source, "; the optimizer starts fresh at step 0"));
   for (const std::string& note : report.notes) log::info("  model.init_from: " + note);
 }
 

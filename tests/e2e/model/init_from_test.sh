@@ -36,7 +36,7 @@ EOF
 sed -e 's/vocab_size: 64/vocab_size: 63/' -e 's/tied_embeddings: true/tied_embeddings: false/' \
   "$TMP/tied.yaml" >"$TMP/untied.yaml"
 
-$PY "$HERE/pretrained.py" write "$TMP/tied.yaml" "$W" || fail "pretrained.py write failed"
+$PY "$HERE/pretrained.py" write "$TMP/tied.yaml" "$W" || { fail "pretrained.py write failed"; finish; }
 
 # logits NAME CONFIG WEIGHTS NP: the driver's gathered logits at tp = NP into $TMP/NAME.bin.
 logits() {
@@ -69,12 +69,14 @@ for np in 1 2; do
   compare "$TMP/ref_untied.npy" "$TMP/st_untied_tp$np.bin" 1e-5
 done
 expect_grep "safetensors file '.*gpt2.safetensors' \(GPT-2 names, Conv1D\)" "$TMP/st_tied_tp2.txt"
-expect_grep "transformer.wte.weight: the file's 60 rows are padded with zero rows to model.vocab_size = 64" \
+expect_grep "transformer.wte.weight -> wte.weight: the file's 60 rows are padded with zero rows to model.vocab_size = 64" \
   "$TMP/st_tied_tp2.txt"
 expect_grep "the first 16 of the file's 20 positions are used" "$TMP/st_tied_tp2.txt"
 expect_grep "4 GPT-2 attention-mask buffers" "$TMP/st_tied_tp2.txt"
 expect_grep "lm_head.weight equals the token embedding" "$TMP/pt_tied_tp1.txt"
 expect_grep "lm_head.weight starts as a copy of wte" "$TMP/st_untied_tp2.txt"
+expect_grep "transformer.wte.weight -> lm_head.weight: the file's 60 rows are padded with zero rows to model.vocab_size = 63" \
+  "$TMP/st_untied_tp2.txt"
 # nanoGPT's layout: nn.Linear weights, "_orig_mod.", the state_dict under "model": the same values.
 logits nano_tp2 "$TMP/tied.yaml" "$W/nano.pt" 2
 compare "$TMP/ref_tied.npy" "$TMP/nano_tp2.bin" 1e-5
@@ -92,7 +94,7 @@ PY
 train=(mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/tied.yaml" --set "data.train=$TMP/tokens.h5")
 expect_exit 0 "$TMP/train_a.txt" "${train[@]}" --set "run.dir=$TMP/run_a" \
   --set "model.init_from=$W/gpt2.safetensors" --set run.max_steps=2
-expect_grep "initialised 28 parameters from safetensors file .*\(model.init_from\); the optimizer starts fresh at step 0" \
+expect_grep "model.init_from: initialised 28 parameters from safetensors file .*; the optimizer starts fresh at step 0" \
   "$TMP/train_a.txt"
 expect_grep "padded with zero rows" "$TMP/train_a.txt"
 $PY - "$TMP/run_a" "$TMP/tied.yaml" "$W/gpt2.safetensors" "$REF" "$TMP/tokens.h5" <<'PY' ||

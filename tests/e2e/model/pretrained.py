@@ -125,7 +125,7 @@ def write(args):
     # "_orig_mod." prefix, the state_dict under "model" beside optimizer state and other values.
     nano = collections.OrderedDict()
     for k, v in same.items():
-        if k.endswith("attn.bias") or k.endswith("masked_bias") or k == "lm_head.weight":
+        if k.endswith((".attn.bias", ".attn.masked_bias")) or k == "lm_head.weight":
             continue
         v = v.clone()
         if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")):
@@ -145,7 +145,7 @@ def write(args):
     shape = collections.OrderedDict(sd)
     shape["transformer.h.0.attn.c_proj.weight"] = torch.zeros(m["width"], m["width"] + 2)
     safetensors_io.save(os.path.join(args.out, "shape.safetensors"), shape)
-    tokens = torch.randint(0, m["vocab_size"], (BATCH, m["seq_len"]),
+    tokens = torch.randint(0, VOCAB_ROWS, (BATCH, m["seq_len"]),
                            generator=torch.Generator().manual_seed(3))
     np.save(os.path.join(args.out, "tokens.npy"), tokens.numpy())
     tokens.numpy().astype("<i8").tofile(os.path.join(args.out, "tokens.bin"))
