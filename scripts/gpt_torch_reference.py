@@ -13,8 +13,16 @@ formula hpctrain's ledger uses (Gpt::forward_flops_per_sample, times 3 for train
     /usr/bin/python3 scripts/gpt_torch_reference.py -c configs/gpt-small-tp2.yaml \\
         --set run.max_steps=12 --nproc 2 --warmup-steps 2 --json
 
-Used by scripts/bench_gpt.sh and scripts/gpu_check.sh. Needs torch, yaml and h5py (Debian:
-python3-torch python3-yaml python3-h5py); without h5py it reads the kit's NAME.tokens.npz copy.
+With --logits WEIGHTS it trains nothing: it loads WEIGHTS as hpctrain's model.init_from reads them
+(hpctrain's or GPT-2's Hugging Face names; docs/MODELS.md, "Pretrained weights") and writes the
+logits of --tokens to --out:
+
+    /usr/bin/python3 scripts/gpt_torch_reference.py -c CONFIG --logits gpt2.safetensors \\
+        --tokens tokens.npy --out logits.npy
+
+Used by scripts/bench_gpt.sh, scripts/gpu_check.sh and tests/e2e/model/init_from_test.sh. Needs
+torch, yaml and h5py (Debian: python3-torch python3-yaml python3-h5py); without h5py it reads the
+kit's NAME.tokens.npz copy.
 """
 import argparse
 import json

@@ -183,6 +183,10 @@ TEST(Gpt2Names, ConvOneDLayoutsMatchTheGptParameters) {
   EXPECT_TRUE(torch::equal(model::from_gpt2(c_attn.t().contiguous(), Gpt2Layout::kQkvWeight,
                                             /*conv1d=*/false),
                            qkv));
+  // A square Conv1D weight (attn.c_proj) is transposed too: its shape cannot tell.
+  torch::Tensor c_proj = torch::randn({d, d});
+  EXPECT_TRUE(torch::equal(model::from_gpt2(c_proj, Gpt2Layout::kLinear, true), c_proj.t()));
+  EXPECT_TRUE(torch::equal(model::from_gpt2(c_proj, Gpt2Layout::kLinear, false), c_proj));
   torch::Tensor c_fc = torch::randn({d, f});
   torch::Tensor fc = model::from_gpt2(c_fc, Gpt2Layout::kLinear, true);
   EXPECT_TRUE(torch::equal(fc, c_fc.t()));
