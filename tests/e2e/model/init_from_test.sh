@@ -149,6 +149,13 @@ print(f"{near:.4f} of {moved.numel()} moved weights moved by lr (a fresh Adam's 
 assert near > 0.95, near
 PY
 
+# The key is known to every command that reads a model section: plan, and eval of a run that used
+# it (its stored config holds it).
+expect_exit 0 "$TMP/plan.txt" "$HPCTRAIN_BIN" plan -c "$TMP/tied.yaml" --devices 2 \
+  --set "model.init_from=$W/gpt2.safetensors" --set "data.train=$TMP/tokens.h5"
+expect_exit 0 "$TMP/eval.txt" "$HPCTRAIN_BIN" eval --checkpoint "$TMP/run_a" --split train \
+  --results "$TMP/eval_a"
+
 # --- 3. Export ---------------------------------------------------------------------------------
 expect_exit 0 "$TMP/export.txt" "$HPCTRAIN_BIN" export "$TMP/run_a" --format safetensors \
   --out "$TMP/export"
@@ -187,6 +194,7 @@ bad length "$W/length.safetensors" "the header length at bytes 0-7 is [0-9]+ byt
 bad missing "$W/missing.safetensors" "transformer.h.1.mlp.c_fc.bias: missing from the file \(blocks.1.mlp.fc.bias needs shape \(128,\)\)"
 bad shape "$W/shape.safetensors" "transformer.h.0.attn.c_proj.weight: shape \(32, 34\) in the file, but blocks.0.attn.proj.weight needs \(32, 32\)"
 bad legacy "$W/legacy.pt" "torch.save's format from before PyTorch 1.6"
+bad truncated_pt "$W/truncated.pt" "torch.save file '.*truncated.pt' is not a readable zip archive .*the file is truncated or damaged"
 bad fifo "$W/fifo.safetensors" "is not a regular file \(a FIFO\)"
 bad nowhere "$W/nowhere.safetensors" "does not exist"
 finish

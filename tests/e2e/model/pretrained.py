@@ -138,6 +138,8 @@ def write(args):
                 "config": {"dataset": "x", "compile": True}},
                os.path.join(args.out, "nano.pt"))
     torch.save(dict(same), os.path.join(args.out, "legacy.pt"), _use_new_zipfile_serialization=False)
+    raw = open(os.path.join(args.out, "gpt2.pt"), "rb").read()
+    open(os.path.join(args.out, "truncated.pt"), "wb").write(raw[: len(raw) - 1000])
     write_damaged(st, args.out)
     missing = collections.OrderedDict(sd)
     del missing["transformer.h.1.mlp.c_fc.bias"]
