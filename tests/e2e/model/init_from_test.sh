@@ -156,6 +156,42 @@ expect_exit 0 "$TMP/plan.txt" "$HPCTRAIN_BIN" plan -c "$TMP/tied.yaml" --devices
 expect_exit 0 "$TMP/eval.txt" "$HPCTRAIN_BIN" eval --checkpoint "$TMP/run_a" --split train \
   --results "$TMP/eval_a"
 
+# Any model whose names match: an mlp from a torch.save state_dict of the same PyTorch module, at
+# dp = 2. A learning rate of 1e-30 leaves float32 weights as they were, so the checkpoint after one
+# step holds exactly what was loaded.
+$PY - "$TMP" <<'PY' || fail "writing the mlp files failed"
+import collections, sys, h5py, numpy as np, torch
+tmp = sys.argv[1]
+model = torch.nn.Sequential(collections.OrderedDict(fc1=torch.nn.Linear(8, 6), act=torch.nn.ReLU(),
+                                                    fc2=torch.nn.Linear(6, 3)))
+torch.save(model.state_dict(), f"{tmp}/mlp.pt")
+rng = np.random.default_rng(1)
+with h5py.File(f"{tmp}/cls.h5", "w") as f:
+    f["inputs"] = rng.standard_normal((64, 8)).astype(np.float32)
+    f.create_dataset("labels", data=rng.integers(0, 3, 64)).attrs["num_classes"] = 3
+PY
+cat >"$TMP/mlp.yaml" <<EOF
+model: {name: mlp, in_features: 8, hidden: [6], num_classes: 3, init_from: $TMP/mlp.pt}
+data: {train: $TMP/cls.h5, batch_size: 4}
+optim: {name: adam, lr: 1.0e-30}
+run: {dir: $TMP/run_mlp, max_steps: 1}
+checkpoint: {at_end: true}
+EOF
+expect_exit 0 "$TMP/mlp.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/mlp.yaml"
+expect_grep "model.init_from: initialised 4 parameters from torch.save file" "$TMP/mlp.txt"
+$PY - "$TMP" "$HPCTRAIN_SOURCE_DIR/scripts" <<'PY' || fail "the mlp did not start from the file"
+import sys, torch
+tmp, scripts = sys.argv[1:]
+sys.path.insert(0, scripts)
+import load_checkpoint
+want = torch.load(f"{tmp}/mlp.pt")
+got = load_checkpoint.load_state_dict(f"{tmp}/run_mlp")
+assert set(got) == set(want), (sorted(got), sorted(want))
+for k in want:
+    assert torch.equal(got[k], want[k]), k
+print(f"mlp: the checkpoint holds the torch.save file's {len(want)} tensors exactly")
+PY
+
 # --- 3. Export ---------------------------------------------------------------------------------
 expect_exit 0 "$TMP/export.txt" "$HPCTRAIN_BIN" export "$TMP/run_a" --format safetensors \
   --out "$TMP/export"
@@ -193,6 +229,7 @@ bad dtype "$W/dtype.safetensors" "header entry 'transformer.ln_f.bias': field 'd
 bad length "$W/length.safetensors" "the header length at bytes 0-7 is [0-9]+ bytes, past the end of the file"
 bad missing "$W/missing.safetensors" "transformer.h.1.mlp.c_fc.bias: missing from the file \(blocks.1.mlp.fc.bias needs shape \(128,\)\)"
 bad shape "$W/shape.safetensors" "transformer.h.0.attn.c_proj.weight: shape \(32, 34\) in the file, but blocks.0.attn.proj.weight needs \(32, 32\)"
+bad head "$W/head.safetensors" "lm_head.weight differs from the token embedding, but the model ties its head to wte: set model.tied_embeddings: false"
 bad legacy "$W/legacy.pt" "torch.save's format from before PyTorch 1.6"
 bad truncated_pt "$W/truncated.pt" "torch.save file '.*truncated.pt' is not a readable zip archive .*the file is truncated or damaged"
 bad fifo "$W/fifo.safetensors" "is not a regular file \(a FIFO\)"

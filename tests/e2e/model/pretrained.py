@@ -144,6 +144,9 @@ def write(args):
     missing = collections.OrderedDict(sd)
     del missing["transformer.h.1.mlp.c_fc.bias"]
     safetensors_io.save(os.path.join(args.out, "missing.safetensors"), missing)
+    head = collections.OrderedDict(sd)  # an untied head for a tied model
+    head["lm_head.weight"] = sd["transformer.wte.weight"] * 2
+    safetensors_io.save(os.path.join(args.out, "head.safetensors"), head)
     shape = collections.OrderedDict(sd)
     shape["transformer.h.0.attn.c_proj.weight"] = torch.zeros(m["width"], m["width"] + 2)
     safetensors_io.save(os.path.join(args.out, "shape.safetensors"), shape)
