@@ -59,7 +59,8 @@ $PY "$HERE/pretrained.py" gpt2-forward "$W/gpt2.safetensors" "$W/tokens.npy" "$T
   --config "$TMP/tied.yaml" || fail "GPT-2 forward failed"
 # The reference's reading of GPT-2's names is GPT-2's own (the file's 60 vocabulary columns; the 4
 # padded ones are zero).
-compare "$TMP/gpt2_fwd.npy" "$TMP/ref_tied.npy" 1e-5 --cols 60
+# (Within 3e-5: the two compute in other orders; 4e-6 measured.)
+compare "$TMP/gpt2_fwd.npy" "$TMP/ref_tied.npy" 3e-5 --cols 60
 for np in 1 2; do
   logits "st_tied_tp$np" "$TMP/tied.yaml" "$W/gpt2.safetensors" "$np"
   compare "$TMP/ref_tied.npy" "$TMP/st_tied_tp$np.bin" 1e-5
@@ -200,7 +201,7 @@ $PY "$HERE/pretrained.py" check-export "$TMP/export" "$TMP/run_a" "$TMP/tied.yam
   fail "the export does not read back as the checkpoint"
 $PY "$HERE/pretrained.py" gpt2-forward "$TMP/export" "$W/tokens.npy" "$TMP/export_fwd.npy" ||
   fail "the GPT-2 forward of the export failed"
-compare "$TMP/ref_ckpt.npy" "$TMP/export_fwd.npy" 1e-5
+compare "$TMP/ref_ckpt.npy" "$TMP/export_fwd.npy" 3e-5
 logits export_tp2 "$TMP/tied.yaml" "$TMP/export" 2
 compare "$TMP/ref_ckpt.npy" "$TMP/export_tp2.bin" 1e-5
 cmp -s "$TMP/export_tp2.bin" "$TMP/ckpt_tp2.bin" ||
@@ -229,6 +230,7 @@ bad dtype "$W/dtype.safetensors" "header entry 'transformer.ln_f.bias': field 'd
 bad length "$W/length.safetensors" "the header length at bytes 0-7 is [0-9]+ bytes, past the end of the file"
 bad missing "$W/missing.safetensors" "transformer.h.1.mlp.c_fc.bias: missing from the file \(blocks.1.mlp.fc.bias needs shape \(128,\)\)"
 bad shape "$W/shape.safetensors" "transformer.h.0.attn.c_proj.weight: shape \(32, 34\) in the file, but blocks.0.attn.proj.weight needs \(32, 32\)"
+bad extra "$W/extra.safetensors" "transformer.h.2.ln_1.weight: in the file \(shape \(32,\)\), but the model has no parameter it maps to"
 bad head "$W/head.safetensors" "lm_head.weight differs from the token embedding, but the model ties its head to wte: set model.tied_embeddings: false"
 bad legacy "$W/legacy.pt" "torch.save's format from before PyTorch 1.6"
 bad truncated_pt "$W/truncated.pt" "torch.save file '.*truncated.pt' is not a readable zip archive .*the file is truncated or damaged"

@@ -144,6 +144,9 @@ def write(args):
     missing = collections.OrderedDict(sd)
     del missing["transformer.h.1.mlp.c_fc.bias"]
     safetensors_io.save(os.path.join(args.out, "missing.safetensors"), missing)
+    extra = collections.OrderedDict(sd)  # a third block for a two-block model
+    extra["transformer.h.2.ln_1.weight"] = torch.ones(m["width"])
+    safetensors_io.save(os.path.join(args.out, "extra.safetensors"), extra)
     head = collections.OrderedDict(sd)  # an untied head for a tied model
     head["lm_head.weight"] = sd["transformer.wte.weight"] * 2
     safetensors_io.save(os.path.join(args.out, "head.safetensors"), head)
