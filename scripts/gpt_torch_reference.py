@@ -13,8 +13,16 @@ formula hpctrain's ledger uses (Gpt::forward_flops_per_sample, times 3 for train
     /usr/bin/python3 scripts/gpt_torch_reference.py -c configs/gpt-small-tp2.yaml \\
         --set run.max_steps=12 --nproc 2 --warmup-steps 2 --json
 
-Used by scripts/bench_gpt.sh and scripts/gpu_check.sh. Needs torch, yaml and h5py (Debian:
-python3-torch python3-yaml python3-h5py); without h5py it reads the kit's NAME.tokens.npz copy.
+With --logits WEIGHTS it trains nothing: it loads WEIGHTS as hpctrain's model.init_from reads them
+(hpctrain's or GPT-2's Hugging Face names; docs/MODELS.md, "Pretrained weights") and writes the
+logits of --tokens to --out:
+
+    /usr/bin/python3 scripts/gpt_torch_reference.py -c CONFIG --logits gpt2.safetensors \\
+        --tokens tokens.npy --out logits.npy
+
+Used by scripts/bench_gpt.sh, scripts/gpu_check.sh and tests/e2e/model/init_from_test.sh. Needs
+torch, yaml and h5py (Debian: python3-torch python3-yaml python3-h5py); without h5py it reads the
+kit's NAME.tokens.npz copy.
 """
 import argparse
 import json
@@ -205,6 +213,90 @@ def from_hpctrain_state(state):
     return out
 
 
+# GPT-2's (Hugging Face) names of a block's tensors -> hpctrain's, and whether the tensor is a
+# Conv1D weight ([in, out]: the transpose of hpctrain's [out, in]). docs/MODELS.md has the table.
+GPT2_BLOCK = {"ln_1.weight": ("ln1.weight", False), "ln_1.bias": ("ln1.bias", False),
+              "attn.c_attn.weight": ("attn.qkv.weight", True), "attn.c_attn.bias": ("attn.qkv.bias", False),
+              "attn.c_proj.weight": ("attn.proj.weight", True), "attn.c_proj.bias": ("attn.proj.bias", False),
+              "ln_2.weight": ("ln2.weight", False), "ln_2.bias": ("ln2.bias", False),
+              "mlp.c_fc.weight": ("mlp.fc.weight", True), "mlp.c_fc.bias": ("mlp.fc.bias", False),
+              "mlp.c_proj.weight": ("mlp.proj.weight", True), "mlp.c_proj.bias": ("mlp.proj.bias", False)}
+
+
+def from_gpt2_state(state, o):
+    """A GPT-2 state_dict (transformer.h.N.attn.c_attn.weight, ...; the "transformer." prefix
+    optional) as an hpctrain gpt state_dict of logical tensors: Conv1D weights transposed, c_attn
+    viewed as the stacked [3, D, D] qkv, the attention-mask buffers dropped, a tied lm_head
+    dropped."""
+    d, out = o["width"], {}
+    for name, t in state.items():
+        name = name[len("transformer."):] if name.startswith("transformer.") else name
+        parts = name.split(".")
+        if parts[0] == "h":
+            rest = ".".join(parts[2:])
+            if rest in ("attn.bias", "attn.masked_bias"):
+                continue
+            target, conv1d = GPT2_BLOCK[rest]
+            t = t.t() if conv1d else t
+            if rest == "attn.c_attn.weight":
+                t = t.reshape(3, d, d)
+            elif rest == "attn.c_attn.bias":
+                t = t.reshape(3, d)
+            out[f"blocks.{parts[1]}.{target}"] = t.contiguous()
+        elif name == "lm_head.weight" and o["tied_embeddings"]:
+            continue
+        else:
+            out[name] = t
+    return out
+
+
+def load_state_file(path):
+    """The tensors of a safetensors file, a torch.save state_dict (a training checkpoint's under
+    'model' or 'state_dict' too), an hpctrain checkpoint or run directory, or a folder holding
+    model.safetensors: {name: tensor}."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "model.safetensors")):
+            path = os.path.join(path, "model.safetensors")
+        else:
+            import load_checkpoint
+            return dict(load_checkpoint.load_state_dict(path))
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"PK\x03\x04":
+        state = torch.load(path, map_location="cpu")
+        for key in ("state_dict", "model", "model_state_dict", "module"):
+            if not any(torch.is_tensor(v) for v in state.values()) and isinstance(state.get(key), dict):
+                state = state[key]
+        return {k: v for k, v in state.items() if torch.is_tensor(v)}
+    import safetensors_io
+    return safetensors_io.load(path)
+
+
+def pretrained_logits(cfg, o, state_path, tokens):
+    """The logits of this reference Gpt initialised from the weights at `state_path` (hpctrain's or
+    GPT-2's names, as model.init_from reads them: vocabulary tables padded with zero rows to
+    vocab_size, the position table cut to seq_len) for int64 `tokens` [B, T], in float32."""
+    state = load_state_file(state_path)
+    if any(k.startswith(("h.", "transformer.")) for k in state):
+        state = from_gpt2_state(state, o)
+    if o["tied_embeddings"]:
+        state.pop("lm_head.weight", None)
+    elif "lm_head.weight" not in state:
+        state["lm_head.weight"] = state["wte.weight"].clone()
+    for name in ("wte.weight", "lm_head.weight"):
+        if name in state and state[name].shape[0] < o["vocab_size"]:
+            t = state[name]
+            state[name] = torch.cat([t, t.new_zeros(o["vocab_size"] - t.shape[0], t.shape[1])])
+    state["wpe.weight"] = state["wpe.weight"][: o["seq_len"]]
+    state = {k: v.to(torch.float32) for k, v in state.items()}
+    model = Gpt(o, cfg.get("run", {}).get("seed", 1234))
+    model.load_state_dict(from_hpctrain_state(state), strict=True)
+    model.eval()
+    with torch.no_grad():
+        return model(tokens)
+
+
 def worker(rank, args, port, queue):
     torch.set_num_threads(args.threads)
     if hasattr(os, "sched_setaffinity") and args.pin:
@@ -319,7 +411,17 @@ def main():
                    help="bf16: autocast with float32 weights, as hpctrain's run.precision")
     p.add_argument("--attention", choices=["explicit", "sdpa"], default="explicit",
                    help="sdpa: F.scaled_dot_product_attention, as hpctrain's model.attention")
+    p.add_argument("--logits", metavar="WEIGHTS",
+                   help="no training: load WEIGHTS (as model.init_from reads them) and write the "
+                        "logits of --tokens to --out")
+    p.add_argument("--tokens", help="--logits: int64 token ids [B, T], a .npy file")
+    p.add_argument("--out", help="--logits: the float32 logits [B, T, vocab_size], a .npy file")
     args = p.parse_args()
+    if args.logits:
+        cfg, o = load_config(args.config, args.set)
+        tokens = torch.from_numpy(np.load(args.tokens).astype(np.int64))
+        np.save(args.out, pretrained_logits(cfg, o, args.logits, tokens).numpy())
+        return
     with socket.socket() as s:  # a free port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

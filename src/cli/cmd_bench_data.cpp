@@ -64,8 +64,14 @@ int run_bench_data(CommandContext& ctx) {
   if (g_opt.chunk_cache != "auto") {
     read_options.chunk_cache_bytes = parse_bytes(g_opt.chunk_cache, "--chunk-cache");
   }
-  // Every rank opens and validates before the first collective below.
-  auto dataset = data::Dataset::open(g_opt.file, expect, read_options);
+  // Every rank opens and validates, as training does: a list, glob or directory of files is
+  // validated by the world's ranks together (each its share of the files), the time is the
+  // slowest rank's.
+  session.control.world->barrier();
+  const auto open_start = Clock::now();
+  auto dataset = data::Dataset::open(g_opt.file, expect, read_options, &world);
+  const double open_seconds =
+      world.max(std::chrono::duration<double>(Clock::now() - open_start).count());
   const data::DatasetInfo& info = dataset->info();
   data::TrainSampler sampler(info.num_samples, global_batch, g_opt.seed, g_opt.shuffle);
 
@@ -140,6 +146,8 @@ int run_bench_data(CommandContext& ctx) {
   if (ctx.runtime.world_rank() != 0) return 0;
   nlohmann::ordered_json j{{"benchmark", "data"},
                            {"file", g_opt.file},
+                           {"files", info.files.size()},
+                           {"open_seconds", open_seconds},
                            {"kind", data::dataset_kind_name(info.kind)},
                            {"num_samples", info.num_samples},
                            {"sample_shape", info.sample_shape},
@@ -170,6 +178,8 @@ int run_bench_data(CommandContext& ctx) {
   std::string shape;
   for (auto d : info.sample_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
   std::printf("# hpctrain bench data: %s\n", g_opt.file.c_str());
+  std::printf("# opened and validated %zu file(s) in %.3f s (slowest of %d ranks)\n",
+              info.files.size(), open_seconds, ctx.runtime.world_size());
   std::printf("# %lld samples of %s %s (%lld B), chunks %s, chunk cache %s\n",
               static_cast<long long>(info.num_samples), shape.c_str(), info.input_dtype.c_str(),
               static_cast<long long>(info.sample_bytes), chunks.c_str(),
@@ -197,7 +207,9 @@ int run_bench_data(CommandContext& ctx) {
 CommandRegistration reg(
     "bench data", "Sharded reader throughput (samples/s, MB/s) and data wait of a training loop",
     [](CLI::App& app) {
-      app.add_option("--file", g_opt.file, "HDF5 dataset file")->required();
+      app.add_option("--file", g_opt.file,
+                     "HDF5 dataset file, or a list, glob or directory of them (as data.train)")
+          ->required();
       app.add_option("--batch", g_opt.batch, "Samples per data-parallel rank per step")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();

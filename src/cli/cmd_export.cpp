@@ -5,6 +5,8 @@
 //   torchscript  a TorchScript run: its own module with the checkpoint's weights; a built-in mlp
 //                or cnn: scripts/export_model.py rebuilds it in PyTorch and scripts it
 //   onnx         scripts/export_model.py: torch.onnx.export of that module, onnx.checker-checked
+//   safetensors  a model folder (export_safetensors.hpp): a gpt under GPT-2's names with
+//   config.json
 // CHECKPOINT is a step_<N> directory or a run directory (its `latest`).
 
 #include <spawn.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 
 #include "command.hpp"
+#include "export_safetensors.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/eval/model_setup.hpp"
@@ -103,7 +106,8 @@ int run_export(CommandContext& ctx) {
   const std::string& format = g_export.format;
   const bool torchscript_run = config.model_name() == "torchscript";
   const bool gpt = config.model_name() == "gpt";
-  if (format != "pytorch" && !torchscript_run && config.model_name() != "mlp" &&
+  const bool state_only = format == "pytorch" || format == "safetensors";
+  if (!state_only && !torchscript_run && config.model_name() != "mlp" &&
       config.model_name() != "cnn" && !gpt) {
     throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(), " model (", origin,
                           "): --format ", format,
@@ -111,11 +115,11 @@ int run_export(CommandContext& ctx) {
                           "in PyTorch; export this one with --format pytorch (its state_dict)"));
   }
   if (g_app->count("--seq-len") > 0) {
-    if (!gpt || format == "pytorch") {
+    if (!gpt || state_only) {
       throw ConfigError(
           str("--seq-len sets the token length of a gpt's torchscript or onnx "
               "export; ",
-              gpt ? "a state_dict (--format pytorch) has none"
+              gpt ? str("a state_dict (--format ", format, ") has none")
                   : str("a ", config.model_name(), " has fixed-size inputs"),
               ": leave it out"));
     }
@@ -145,6 +149,11 @@ int run_export(CommandContext& ctx) {
   checkpoint::Loaded loaded = checkpoint::load_local(dir, records);
   model->eval();
   const std::int64_t step = loaded.manifest.value("step", std::int64_t{0});
+  if (format == "safetensors") {
+    log::info(str("wrote ", export_safetensors(*model, g_export.out, dir, step), " from ", dir,
+                  " (step ", step, ")"));
+    return 0;
+  }
 
   // Written beside the target and renamed: a reader never sees half a file.
   const fs::path out = fs::absolute(g_export.out);
@@ -231,10 +240,12 @@ CommandRegistration reg(
                      "Checkpoint directory (step_<N>) or run directory (its latest checkpoint)")
           ->required();
       app.add_option("--format", g_export.format,
-                     "pytorch (state_dict for torch.load), torchscript (torch.jit.load) or onnx "
+                     "pytorch (state_dict for torch.load), torchscript (torch.jit.load), onnx, "
+                     "or safetensors (a folder; a gpt under GPT-2's names with config.json) "
                      "(default torchscript)")
-          ->check(CLI::IsMember({"pytorch", "torchscript", "onnx"}));
-      app.add_option("--out", g_export.out, "File to write, e.g. model.pt")->required();
+          ->check(CLI::IsMember({"pytorch", "torchscript", "onnx", "safetensors"}));
+      app.add_option("--out", g_export.out, "File to write, e.g. model.pt (safetensors: a folder)")
+          ->required();
       app.add_option("--seq-len", g_export.seq_len,
                      "gpt, torchscript or onnx: tokens per sequence of the export, 1 to "
                      "model.seq_len (default model.seq_len; the ONNX input is [batch, this])");

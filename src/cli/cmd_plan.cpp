@@ -86,7 +86,8 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
   in.source = str("config ", config.origin());
   auto model_section = config.section("model");
   in.model_name = model_section.get<std::string>("name", "mlp");
-  std::int64_t seq_len = 0;  // of language-model data windows
+  model_section.has("init_from");  // pretrained weights change values, not sizes: no part of a plan
+  std::int64_t seq_len = 0;        // of language-model data windows
   if (in.model_name == "gpt") {
     // Counted analytically so that a config of any size plans without allocating its weights
     // (tests/unit/plan checks the count against the built model).

@@ -120,6 +120,13 @@ void load_plugin(const std::string& path, const std::string& key) {
 std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& ctx) {
   if (section.has("plugin")) load_plugin(section.get<std::string>("plugin", ""), "model.plugin");
   const std::string name = section.get<std::string>("name", "mlp");
+  // Read here so that every command taking a model section knows the key; the trainer applies it
+  // (checkpoint/init_from.hpp), and only to a run that starts fresh.
+  if (section.has("init_from") && section.get<std::string>("init_from", "").empty()) {
+    section.fail("init_from",
+                 "is empty: give a checkpoint, safetensors or torch.save file, or "
+                 "remove the key");
+  }
   auto it = registry().find(name);
   if (it == registry().end()) {
     std::string known;

@@ -51,6 +51,7 @@
 #include "hpctrain/train/progress.hpp"
 #include "hpctrain/train/resume_checks.hpp"
 #include "hpctrain/train/straggler_detector.hpp"
+#include "init_weights.hpp"
 #include "input_checks.hpp"
 #include "memory_facts.hpp"
 #include "profile_session.hpp"
@@ -160,6 +161,7 @@ struct Trainer::Impl {
   std::unique_ptr<checkpoint::CheckpointSchedule> saves;
   std::unique_ptr<eval::EvalSchedule> evals;
   std::string resumed_from;              // checkpoint directory, if the run resumed
+  std::string init_from;                 // model.init_from: weights of a fresh start
   std::optional<double> metric_at_step;  // eval metric of the current step, if evaluated
   std::int64_t metric_step = -1;
   std::unique_ptr<runtime::ResourceMonitor> monitor;
@@ -262,6 +264,7 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   model::ModelContext ctx{m.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
   m.model = model::build_model(model_section, ctx);
   m.model_name = model_section.get<std::string>("name", "mlp");
+  if (model_section.has("init_from")) m.init_from = model_section.get<std::string>("init_from", "");
   config.check_unknown_keys();
   // Only language models have a vocabulary (reading the key elsewhere would record it).
   const std::int64_t vocab = m.model->task() == "language_model" && m.model_name != "torchscript"
@@ -345,6 +348,10 @@ void Trainer::Impl::build(const std::string& resume) {
   options.metric_name = eval::metric_name(metric);
   m.ckpt = std::make_unique<checkpoint::CheckpointManager>(cfg.run.dir, grid, options);
   m.resume(resume);
+  // Pretrained weights start a fresh run only: a resumed one continues from its checkpoint.
+  if (m.resumed_from.empty() && !m.init_from.empty()) {
+    init_weights_from(*m.model, m.init_from, m.env);
+  }
   m.saves = std::make_unique<checkpoint::CheckpointSchedule>(
       cfg.checkpoint, m.resumed_from.empty() ? -1 : m.state.step);
   m.evals =
