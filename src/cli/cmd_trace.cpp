@@ -1,11 +1,11 @@
 // hpctrain trace summary RUN_DIR [--json]: sums up RUN_DIR/trace.json (logging.trace) per step
-// and rank; see include/hpctrain/train/trace_summary.hpp.
+// and rank; see include/hpctrain/report/trace_summary.hpp.
 
 #include <iostream>
 
 #include "command.hpp"
+#include "hpctrain/report/trace_summary.hpp"
 #include "hpctrain/runtime/runtime.hpp"
-#include "hpctrain/train/trace_summary.hpp"
 
 namespace hpctrain::cli {
 namespace {
@@ -14,24 +14,23 @@ struct TraceArgs {
   std::string run_dir;
   bool json = false;
 };
-TraceArgs g_trace;
 
-int run_trace_summary(CommandContext& ctx) {
+int run_trace_summary(CommandContext& ctx, const TraceArgs& opt) {
   if (ctx.runtime.world_rank() != 0) return 0;  // local work
-  const auto summary = train::summarize_trace(g_trace.run_dir);
-  std::cout << (g_trace.json ? summary.dump(1) + "\n"
-                             : train::trace_summary_text(summary, g_trace.run_dir))
+  const auto summary = report::summarize_trace(opt.run_dir);
+  std::cout << (opt.json ? summary.dump(1) + "\n"
+                         : report::trace_summary_text(summary, opt.run_dir))
             << std::flush;
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<TraceArgs>(
     "trace summary",
     "Per step and rank of a run's trace.json: compute, communication (hidden, exposed), data "
     "wait, stragglers",
-    [](CLI::App& app) {
-      app.add_option("run_dir", g_trace.run_dir, "Run directory holding trace.json")->required();
-      app.add_flag("--json", g_trace.json, "Print the summary as JSON");
+    [](CLI::App& app, TraceArgs& opt) {
+      app.add_option("run_dir", opt.run_dir, "Run directory holding trace.json")->required();
+      app.add_flag("--json", opt.json, "Print the summary as JSON");
     },
     run_trace_summary, runtime::Runtime::Start::kLocal);
 

@@ -107,7 +107,7 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
 
   std::ostringstream out;
   out << "file      " << path << " (" << format_bytes(static_cast<double>(st.st_size)) << ")\n";
-  out << "kind      " << dataset_kind_name(info.kind) << "\n";
+  out << "kind      " << task_name(info.kind) << "\n";
   out << "attributes\n";
   for (const auto& [key, value] : h5::describe_attrs(file.get(), label)) {
     out << "  " << std::left << std::setw(15) << key << " " << value << "\n";
@@ -117,13 +117,15 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
   // Memory before any sample is read: what training would take at the given batch (a shape
   // that declares samples beyond memory is refused here, exit 3, as `train` refuses it).
   const std::int64_t rows = std::max<std::int64_t>(1, options.batch_size);
-  const TrainSampler sampler(info.num_samples, std::min(rows, std::max<std::int64_t>(1, info.num_samples)),
-                             0, /*shuffle=*/true, default_sample_order(info.num_samples));
+  const TrainSampler sampler(info.num_samples,
+                             std::min(rows, std::max<std::int64_t>(1, info.num_samples)), 0,
+                             /*shuffle=*/true, default_sample_order(info.num_samples));
   const ReaderMemory reader = reader_memory(info, rows, options.prefetch);
   check_reader_memory(reader, static_cast<double>(sampler.memory_bytes()), "data", info);
   out << "memory    reader " << format_bytes(reader.total()) << " per rank at data.batch_size "
-      << rows << " (" << reader.describe() << "); sampler " << format_bytes(static_cast<double>(sampler.memory_bytes()))
-      << " per rank (order " << sample_order_name(sampler.order()) << ")\n";
+      << rows << " (" << reader.describe() << "); sampler "
+      << format_bytes(static_cast<double>(sampler.memory_bytes())) << " per rank (order "
+      << sample_order_name(sampler.order()) << ")\n";
 
   const std::int64_t shown = std::min<std::int64_t>(options.samples, info.num_samples);
   std::vector<std::int64_t> first(static_cast<std::size_t>(shown));

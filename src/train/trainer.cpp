@@ -182,11 +182,11 @@ TrainOutcome Trainer::run() {
 
 void Trainer::Impl::log_start() const {
   const auto& grid = env.grid;
-  log::info(str("training ", model_name, " (", model->logical_parameter_count(), " parameters) on ",
-                grid.describe(), ", ", global_batch, " samples per step (", micro_batch,
-                " per rank x ", grid.dp_size(), " dp ranks x ", cfg.optim.grad_accumulation,
-                " micro-batches), ", total_steps, " steps (", sampler->steps_per_epoch(),
-                " per epoch), run dir ", cfg.run.dir));
+  log::info(str("training ", cfg.model.name, " (", model->logical_parameter_count(),
+                " parameters) on ", grid.describe(), ", ", global_batch, " samples per step (",
+                micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
+                cfg.optim.grad_accumulation, " micro-batches), ", total_steps, " steps (",
+                sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
   const auto& info = train_data->info();
   log::info(str("data.train: ", info.num_samples, " samples in ", info.files.size(),
                 info.files.size() == 1 ? " file" : " files",
@@ -259,8 +259,7 @@ void Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
   debug.at_evaluation(step);  // tests: as if a signal arrived as this evaluation starts
   eval::EvalOptions options;
   options.batch_size = cfg.eval.batch_size;
-  options.bf16 = cfg.run.precision == Precision::kBf16;
-  options.fp16 = cfg.run.precision == Precision::kFp16;
+  options.precision = cfg.run.precision;
   options.max_samples = cfg.eval.max_samples;
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
   options.stop_check = [&] { return stop.stop_requested(); };
@@ -332,7 +331,7 @@ checkpoint::SaveContent Trainer::Impl::save_content(std::int64_t step) {
 LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   const auto& grid = env.grid;
   LedgerFacts facts;
-  facts.model_name = model_name;
+  facts.model_name = cfg.model.name;
   facts.task = model->task();
   facts.parameters = model->logical_parameter_count();
   facts.forward_flops_per_sample = model->forward_flops_per_sample();
@@ -347,7 +346,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.tp = grid.tp_size();
   facts.threads_per_rank = env.device.threads;
   facts.device = env.device.device;
-  facts.precision = precision_name(cfg.run.precision);
+  facts.precision = cfg.run.precision;
   facts.tf32_matmul = compat::tf32().matmul;
   facts.tf32_cudnn = compat::tf32().cudnn;
   facts.tf32_source = cfg.run.tf32 ? "run.tf32" : "LibTorch default";

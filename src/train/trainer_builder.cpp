@@ -28,7 +28,7 @@
 namespace hpctrain::train {
 
 std::int64_t TrainerParts::tokens_per_sample() const {
-  return model->task() == "language_model" ? train_data->info().seq_len : 1;
+  return model->task() == Task::kLanguageModel ? train_data->info().seq_len : 1;
 }
 
 void TrainerBuilder::build(TrainerParts& p, checkpoint::Checkpointer::Content content) {
@@ -70,12 +70,11 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
         "prepare writes one); set it in the config or with --set data.train=PATH");
   }
   // Every check on files and sizes happens here, on every rank, before any collective.
-  auto model_section = config_.section("model");
-  const std::int64_t seq_len = model_section.get<std::int64_t>("seq_len", 0);
+  const model::ModelSpec& spec = cfg.model;
   p.micro_batch = cfg.data.batch_size;
   p.global_batch = cfg.data.batch_size * grid.dp_size() * cfg.optim.grad_accumulation;
   data::DatasetExpectation expect;
-  expect.seq_len = seq_len;
+  expect.seq_len = spec.seq_len;
   expect.min_samples = p.global_batch;
   expect.config_key = "data.train";
   // Many files: the world's ranks split their validation (collective; a single file: local).
@@ -84,7 +83,7 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
                                      p.env.control.world.get());
   if (!cfg.data.val.empty()) {
     data::DatasetExpectation val_expect;
-    val_expect.seq_len = seq_len;
+    val_expect.seq_len = spec.seq_len;
     val_expect.config_key = "data.val";
     startup.agree();
     p.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options(),
@@ -101,17 +100,14 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
         data::reader_memory(p.val_data->info(), cfg.eval.batch_size, cfg.data.prefetch), 0,
         "data.val", p.val_data->info());
   }
-  check_model_input_fits_data(model_section, p.train_data->info(), "data.train");
-  if (p.val_data) check_model_input_fits_data(model_section, p.val_data->info(), "data.val");
+  check_model_input_fits_data(spec, p.train_data->info(), "data.train");
+  if (p.val_data) check_model_input_fits_data(spec, p.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
   model::ModelContext ctx{p.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
+  auto model_section = config_.section("model");
   p.model = model::build_model(model_section, ctx);
-  p.model_name = model_section.get<std::string>("name", "mlp");
   config_.check_unknown_keys();
-  // Only language models have a vocabulary (reading the key elsewhere would record it).
-  const std::int64_t vocab = p.model->task() == "language_model" && p.model_name != "torchscript"
-                                 ? model_section.get<std::int64_t>("vocab_size", 0)
-                                 : 0;
+  const std::int64_t vocab = spec.vocab_size;
   eval::check_data_fits_model(*p.model, *p.train_data, "data.train", vocab,
                               eval::FitAdvice::kTraining);
   if (p.val_data) {

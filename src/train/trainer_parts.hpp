@@ -58,8 +58,7 @@ struct TrainerParts {
   TrainConfig cfg;
   comm::Environment env;
   DebugHooks debug;
-  std::string config_text;  ///< the resolved config, stored in run.dir and every checkpoint
-  std::string model_name;
+  std::string config_text;       ///< the resolved config, stored in run.dir and every checkpoint
   std::int64_t micro_batch = 0;  ///< per rank
   std::int64_t global_batch = 0;
   std::int64_t total_steps = 0;

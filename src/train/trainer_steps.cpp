@@ -118,7 +118,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                             std::int64_t total_steps, PhaseSeconds& phases) {
   StepResult r;
   const int k_total = static_cast<int>(micro.size());
-  const at::ScalarType autocast_dtype = train::autocast_dtype(p_.cfg.run.precision);
+  const at::ScalarType autocast_dtype = hpctrain::autocast_dtype(p_.cfg.run.precision);
   const double scale = p_.scaler.scale();
   const bool inject_nan = p_.debug.nan_loss(step);
   p_.model.train();
@@ -336,8 +336,9 @@ std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
   // The metrics in the offline evaluation's digits (eval::metrics_text): the same checkpoint
   // evaluated both ways shows the same numbers.
   return str("eval at step ", step, ": ", eval::metrics_text(r), " (", r.samples,
-             r.task == "language_model" ? " sequences, " : " samples, ", format_seconds(r.seconds),
-             ", ", static_cast<std::int64_t>(r.samples_per_second), " samples/s)");
+             r.task == Task::kLanguageModel ? " sequences, " : " samples, ",
+             format_seconds(r.seconds), ", ", static_cast<std::int64_t>(r.samples_per_second),
+             " samples/s)");
 }
 
 }  // namespace hpctrain::train
