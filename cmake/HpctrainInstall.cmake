@@ -15,7 +15,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(HPCTRAIN_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/hpctrain)
-set(_hpctrain_layers runtime comm data parallel model checkpoint eval train)
+set(_hpctrain_layers runtime comm data parallel model checkpoint eval train report)
 
 install(TARGETS hpctrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(layer ${_hpctrain_layers})

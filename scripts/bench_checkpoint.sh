@@ -9,9 +9,8 @@
 #
 #   scripts/bench_checkpoint.sh                       # 10M and 100M parameters
 #   PARAMS="10M" RANKS="1 2" REPEAT=3 OVERLAP_MS=200 DIR=/scratch/me/ckpt-bench scripts/bench_checkpoint.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 params_list=${PARAMS:-10M 100M}
 overlap_ms=${OVERLAP_MS:-200}
 ranks_list=${RANKS:-1 2}
@@ -19,9 +18,8 @@ repeat=${REPEAT:-3}
 dir=${DIR:-bench-checkpoint-run}
 py=/usr/bin/python3
 
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
-mpi_flags=(--oversubscribe --bind-to none)
-[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
+require_bin
+mpi_flags --oversubscribe --bind-to none
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$dir/dd.bin"' EXIT
@@ -58,7 +56,7 @@ import re
 m = re.fullmatch(r'([0-9.]+)([KMG]?)', '$params')
 print(int(float(m.group(1)) * {'': 1, 'K': 1e3, 'M': 1e6, 'G': 1e9}[m.group(2)] * 4))")
       dd=$(dd_mbps "$bytes")
-      mpirun "${mpi_flags[@]}" -np "$ranks" "$bin" -q bench checkpoint --params "$params" "${flags[@]}" \
+      mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$bin" -q bench checkpoint --params "$params" "${flags[@]}" \
         --repeat "$repeat" --dir "$dir/run" --json >"$tmp/out.json"
       label=$mode
       [[ $mode == overlap ]] && label="background, ${overlap_ms} ms compute"

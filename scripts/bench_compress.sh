@@ -9,16 +9,14 @@
 # (`prepare text`), then --quantize int8 (and the pruning rows with GPT_PRUNE=1) on GPT_SAMPLES
 # (default 128) validation sequences, batch 32: tokens/s, model bytes, loss and perplexity drop.
 #   scripts/bench_compress.sh [mlp|cnn|gpt|all] [REPEAT]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 which=${1:-all}
 repeat=${2:-3}
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
+build_if_missing
 data=${DATA_DIR:-data/fashion-mnist}
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mpi_flags --bind-to core
+one_thread_per_rank
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 out=${BENCH_OUT:-/tmp/hpctrain-bench-compress}
 rm -rf "$out" && mkdir -p "$out"
@@ -26,7 +24,7 @@ models=(mlp cnn gpt)
 [[ $which != all ]] && models=("$which")
 declare -A steps=([mlp]=938 [cnn]=300 [gpt]=${GPT_STEPS:-60})
 if [[ " ${models[*]} " == *" mlp "* || " ${models[*]} " == *" cnn "* ]]; then
-  [[ -f $data/test.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
+  fashion_mnist "$data"
 fi
 text=${TEXT_DIR:-data/text}
 if [[ " ${models[*]} " == *" gpt "* && ! -f $text/val.h5 ]]; then
@@ -49,7 +47,7 @@ for model in "${models[@]}"; do
     evalset=(--batch-size 1000 --max-samples 0)
     whats=("--quantize int8" "--prune 0.5" "--prune 0.9")
   fi
-  mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "$config" "${split[@]}" \
+  mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 train -c "$config" "${split[@]}" \
     --set "run.max_steps=${steps[$model]}" --set eval.every_steps=0 --set eval.at_end=false \
     --set "run.dir=$run" --set logging.progress=plain --resume none >"$out/$model-train.log" 2>&1
   for ((i = 1; i <= repeat; i++)); do
@@ -57,7 +55,7 @@ for model in "${models[@]}"; do
       for what in "${whats[@]}"; do
         tag=$(echo "$what" | tr -d ' -')
         # shellcheck disable=SC2086  # $what is two words on purpose
-        mpirun "${flags[@]}" -np $np "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
+        mpirun "${MPI_FLAGS[@]}" -np $np "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
           "${evalset[@]}" $what --max-drop 1 \
           --results "$out/$model-np$np-$tag-$i" >"$out/$model-np$np-$tag-$i.log" 2>&1
       done

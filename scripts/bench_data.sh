@@ -5,9 +5,8 @@
 #
 #   scripts/bench_data.sh [FILE]      # default: data/fashion-mnist/train.h5 (prepared if missing)
 #   BATCH=64 STEPS=500 WARMUP=50 RANKS="1 2" PREFETCH=4 COMPUTE_MS=2 scripts/bench_data.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 file=${1:-data/fashion-mnist/train.h5}
 batch=${BATCH:-64}
 steps=${STEPS:-500}
@@ -17,13 +16,12 @@ prefetch=${PREFETCH:-4}
 compute_ms=${COMPUTE_MS:-2}
 py=/usr/bin/python3
 
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
+require_bin
 if [[ ! -f $file ]]; then
   echo "# $file missing: preparing Fashion-MNIST into $(dirname "$file")" >&2
   "$bin" -q prepare fashion-mnist --out "$(dirname "$file")"
 fi
-mpi_flags=(--oversubscribe)
-[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
+mpi_flags --oversubscribe
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -33,7 +31,7 @@ echo
 echo "| ranks | hpctrain reader samples/s | MB/s | h5py read samples/s | h5py read+float32 samples/s | hpctrain / h5py read | wait/step, prefetch 0 (ms) | wait/step, prefetch $prefetch (ms) |"
 echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 for ranks in $ranks_list; do
-  mpirun "${mpi_flags[@]}" -np "$ranks" "$bin" -q bench data --file "$file" --batch "$batch" \
+  mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$bin" -q bench data --file "$file" --batch "$batch" \
     --steps "$steps" --warmup "$warmup" --prefetch "$prefetch" --compute-ms "$compute_ms" --json \
     --indices-out "$tmp/idx.$ranks" >"$tmp/hpctrain.$ranks.json"
   mkdir -p "$tmp/ready.$ranks"

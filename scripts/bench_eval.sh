@@ -7,17 +7,15 @@
 # processes pinned to one core each, same canonical batches, h5py reads). Also --batch-size auto
 # and bf16 with the fp32 difference. Prints medians and ratios.
 #   scripts/bench_eval.sh [mlp|cnn|all] [REPEAT]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 which=${1:-all}
 repeat=${2:-3}
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
+build_if_missing
 data=${DATA_DIR:-data/fashion-mnist}
-[[ -f $data/test.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+fashion_mnist "$data"
+mpi_flags --bind-to core
+one_thread_per_rank
 out=${BENCH_OUT:-/tmp/hpctrain-bench-eval}
 rm -rf "$out" && mkdir -p "$out"
 models=(mlp cnn)
@@ -26,20 +24,20 @@ declare -A steps=([mlp]=400 [cnn]=100)
 
 for model in "${models[@]}"; do
   run=$out/$model
-  mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
+  mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
     --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" \
     --set "run.max_steps=${steps[$model]}" --set data.batch_size=64 --set eval.every_steps=0 \
     --set eval.at_end=false --set "run.dir=$run" --set logging.progress=plain --resume none \
     >"$out/$model-train.log" 2>&1
   for ((i = 1; i <= repeat; i++)); do
-    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
+    mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
       --batch-size 1000 --max-samples 0 --results "$out/$model-eval$i" >"$out/$model-eval$i.log" 2>&1
     /usr/bin/python3 scripts/bench_eval_torch.py --checkpoint "$run" --data "$data/test.h5" \
       --batch 1000 --ranks 2 >"$out/$model-torch$i.json"
   done
-  mpirun "${flags[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
+  mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --fp32 \
     --batch-size auto --max-samples 0 --results "$out/$model-auto" >"$out/$model-auto.log" 2>&1
-  mpirun "${flags[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --bf16 --compare-fp32 \
+  mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 eval --checkpoint "$run" --bf16 --compare-fp32 \
     --batch-size 1000 --max-samples 0 --results "$out/$model-bf16" >"$out/$model-bf16.log" 2>&1
   /usr/bin/python3 - "$model" "$out" "$repeat" <<'PY'
 import glob, json, statistics, sys

@@ -11,9 +11,8 @@
 #   STEPS=12 WARMUP=2 GLOBAL_BATCH=32 ROUNDS=1 scripts/bench_gpt.sh
 #
 # The data (data/text/{train,val}.h5) is prepared from Debian's fortunes when missing.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 config=${1:-configs/gpt-small-tp2.yaml}
 steps=${STEPS:-12}
 warmup=${WARMUP:-2}
@@ -21,17 +20,16 @@ global_batch=${GLOBAL_BATCH:-32}
 rounds=${ROUNDS:-1}
 py=/usr/bin/python3
 
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
+require_bin
 train_file=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["train"])' "$config")
 if [[ ! -f $train_file ]]; then
   echo "# $train_file missing: preparing Debian's fortunes into $(dirname "$train_file")" >&2
   "$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out "$(dirname "$train_file")"
 fi
-mpi_flags=(--bind-to core)
-[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
+mpi_flags --bind-to core
 # One thread per rank everywhere; large activations reuse memory instead of fresh mmap'ed pages
 # (docs/PLATFORM notes: page faults are expensive on these VMs). Both sides get the same.
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+one_thread_per_rank
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -39,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 common=(--set run.max_steps="$steps" --set run.dir="$tmp/run")
 hpctrain_run() {  # hpctrain_run OUT DP TP
   local out=$1 dp=$2 tp=$3
-  mpirun "${mpi_flags[@]}" -np 2 "$bin" -q --threads 1 bench train -c "$config" "${common[@]}" \
+  mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" -q --threads 1 bench train -c "$config" "${common[@]}" \
     --set parallel.tp="$tp" --set data.batch_size="$((global_batch / dp))" \
     --warmup-steps "$warmup" --json >"$out"
 }

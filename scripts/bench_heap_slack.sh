@@ -7,8 +7,8 @@
 #   scripts/bench_heap_slack.sh [repeats] [ranks]     (default 3 2)
 # BENCH_OUT (default /tmp/hpctrain-bench-heap-slack) keeps the runs; BENCH_REUSE=1 prints the
 # tables of the runs already there; SHAPES (names from the list below, comma-separated) picks some.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 repeats=${1:-3}
 np=${2:-2}
 # shellcheck source=scripts/bench_gpt_env.sh
@@ -50,7 +50,7 @@ for s in "${shapes[@]}"; do
       else
         extra=("${shape[@]}" --set "model.recompute=$mode")
       fi
-      mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train "${common[@]}" "${train[@]}" \
+      mpirun "${MPI_FLAGS[@]}" -np "$np" "$bin" --threads 1 train "${common[@]}" "${train[@]}" \
         "${sets[@]}" "${extra[@]}" --set "run.dir=$run" >"$run.log" 2>&1
     done
   done

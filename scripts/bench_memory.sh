@@ -11,8 +11,8 @@
 #   scripts/bench_memory.sh [config] [steps] [ranks...]   (default configs/gpt-small-tp2.yaml 2 2 4)
 # BENCH_OUT (default /tmp/hpctrain-bench-memory) keeps the runs; BENCH_REUSE=1 prints the table
 # of the runs already there (after a change to the plan) without training again.
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 config=${1:-configs/gpt-small-tp2.yaml}
 steps=${2:-2}
 shift $(($# > 2 ? 2 : $#)) || true
@@ -32,14 +32,14 @@ if [[ ${BENCH_REUSE:-0} != 1 ]]; then
   for np in "${ranks[@]}"; do
     echo "$(date +%T) $name on $np ranks; load: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/load.txt"
     rm -rf "$out/$name-base-$np"
-    mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
+    mpirun "${MPI_FLAGS[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
       --set model.layers=1 --set model.width=8 --set model.heads=1 \
       --set "run.dir=$out/$name-base-$np" >"$out/$name-base-$np.log" 2>&1
     for v in "${variants[@]}"; do
       IFS=: read -r variant shard recompute <<<"$v"
       run=$out/$name-$variant-$np
       rm -rf "$run"
-      mpirun "${flags[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
+      mpirun "${MPI_FLAGS[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
         --set "parallel.shard_optimizer=$shard" --set "model.recompute=$recompute" \
         --set "run.dir=$run" >"$run.log" 2>&1
     done

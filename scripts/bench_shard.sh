@@ -9,9 +9,8 @@
 # the sharded path measured against the build before it). SETTINGS="k=v ...": more --set options
 # for both runs (parallel.bucket_mb=4, say).
 # Never a test: numbers depend on the machine; compare the ratios of one run.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 config=${1:-configs/gpt-small-tp2.yaml}
 ranks=${2:-2}
 steps=${STEPS:-12}
@@ -19,11 +18,10 @@ warmup=${WARMUP:-2}
 rounds=${ROUNDS:-5}
 data=${DATA_DIR:-data/text}
 py=/usr/bin/python3
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
-[[ -f $data/train.h5 ]] || "$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out "$data"
-flags=(--oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+require_bin
+fortunes_text "$data"
+mpi_flags --oversubscribe --bind-to none
+one_thread_per_rank
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 baseline=${BASELINE_BIN:-}
@@ -36,7 +34,7 @@ run() {  # run ARM ROUND: arm false = unsharded (or the baseline binary, sharded
     shard=true
     [[ $1 == false ]] && use=$baseline
   fi
-  mpirun "${flags[@]}" -np "$ranks" "$use" -q --threads 1 bench train -c "$config" \
+  mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$use" -q --threads 1 bench train -c "$config" \
     --set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1 \
     --set "parallel.shard_optimizer=$shard" --set "run.max_steps=$steps" --set "run.dir=$tmp/run" \
     "${extra[@]}" --warmup-steps "$warmup" --json >"$tmp/$1.$2.json"

@@ -4,18 +4,16 @@
 # mlp and cnn with the same data, batch (64 per rank), optimizer (Adam 1e-3), ranks (2) and
 # threads (1 per rank), alternating runs in one invocation; samples/s from each run's ledger.
 #   scripts/bench_torchscript.sh [mlp|cnn|all] [steps] [repeats]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 which=${1:-all}
 steps=${2:-600}
 repeats=${3:-2}
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
+build_if_missing
 data=${DATA_DIR:-data/fashion-mnist}
-[[ -f $data/train.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+fashion_mnist "$data"
+mpi_flags --bind-to core
+one_thread_per_rank
 out=${BENCH_OUT:-/tmp/hpctrain-bench-torchscript}
 rm -rf "$out" && mkdir -p "$out"
 /usr/bin/python3 scripts/torchscript_models.py "$out/models" >/dev/null
@@ -26,9 +24,9 @@ common=(--set "data.train=$data/train.h5" --set "data.val=$data/test.h5" --set d
   --set checkpoint.at_end=false --set logging.progress=plain --resume none)
 for model in "${models[@]}"; do
   for r in $(seq 1 "$repeats"); do
-    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
+    mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
       "${common[@]}" --set "run.dir=$out/$model-builtin-$r" >"$out/$model-builtin-$r.log" 2>&1
-    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c configs/fmnist-torchscript.yaml \
+    mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 train -c configs/fmnist-torchscript.yaml \
       "${common[@]}" --set "model.file=$out/models/$model.pt" \
       --set "run.dir=$out/$model-torchscript-$r" >"$out/$model-torchscript-$r.log" 2>&1
   done

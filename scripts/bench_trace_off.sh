@@ -6,8 +6,8 @@
 # same source and flags), each as a ratio to PyTorch DDP (scripts/bench_train_torch.py) run in the
 # same round; the three run back to back, the hpctrain order alternating between rounds.
 #   OFF_BUILD_DIR=build-notrace scripts/bench_trace_off.sh [rounds]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 rounds=${1:-5}
 on_bin=${BUILD_DIR:-build}/bin/hpctrain
 off_bin=${OFF_BUILD_DIR:?configure a build with -DHPCTRAIN_TRACE_HOOKS=OFF and name it}/bin/hpctrain
@@ -15,9 +15,8 @@ grep -q "HPCTRAIN_TRACE_HOOKS 0" "${OFF_BUILD_DIR}/generated/hpctrain/build_conf
   { echo "$OFF_BUILD_DIR was not configured with -DHPCTRAIN_TRACE_HOOKS=OFF" >&2; exit 2; }
 data=${DATA_DIR:-data/fashion-mnist}
 [[ -f $data/train.h5 ]] || "$on_bin" prepare fashion-mnist --out "$data"
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mpi_flags --bind-to core
+one_thread_per_rank
 out=${BENCH_OUT:-/tmp/hpctrain-bench-trace-off}
 rm -rf "$out" && mkdir -p "$out"
 for round in $(seq 1 "$rounds"); do
@@ -28,7 +27,7 @@ for round in $(seq 1 "$rounds"); do
   for hooks in "${order[@]}"; do
     bin=$on_bin
     [[ $hooks == out ]] && bin=$off_bin
-    mpirun "${flags[@]}" -np 2 "$bin" --threads 1 -q train -c configs/fmnist-mlp.yaml \
+    mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 -q train -c configs/fmnist-mlp.yaml \
       --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" --set run.epochs=1 \
       --set data.batch_size=64 --set eval.every_steps=0 --set "run.dir=$out/$hooks-$round" \
       --set logging.progress=off --resume none >"$out/$hooks-$round.log" 2>&1

@@ -8,19 +8,18 @@
 #    the median and range over rounds are printed, for the Fashion-MNIST MLP on 2 ranks (dp) and
 #    for a small GPT on dp=1 x tp=2 (tensor-parallel collectives: many more slices per step).
 #   scripts/bench_trace_overhead.sh [rounds]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 rounds=${1:-5}
 bin=${BUILD_DIR:-build}/bin/hpctrain
 data=${DATA_DIR:-data/fashion-mnist}
 out=${BENCH_OUT:-/tmp/hpctrain-bench-trace}
 rm -rf "$out" && mkdir -p "$out"
-[[ -f $data/train.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
+fashion_mnist "$data"
 text=$out/text
 "$bin" -q prepare text --in /usr/share/games/fortunes/science --out "$text" --val-fraction 0.05
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mpi_flags --bind-to core
+one_thread_per_rank
 "$bin" -q bench trace
 steps=(--set run.max_steps=300 --set eval.every_steps=0 --set eval.at_end=false
   --set checkpoint.at_end=false --set checkpoint.every_steps=0 --set logging.every_steps=1
@@ -37,7 +36,7 @@ for round in $(seq 1 "$rounds"); do
       [[ $mode == on ]] && extra=(--set logging.trace.start_step=101 --set logging.trace.steps=100)
       config=("${mlp[@]}")
       [[ $model == gpt ]] && config=("${gpt[@]}")
-      mpirun "${flags[@]}" -np 2 "$bin" --threads 1 -q train "${config[@]}" "${steps[@]}" \
+      mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 -q train "${config[@]}" "${steps[@]}" \
         "${extra[@]}" --set "run.dir=$out/$model-$mode-$round" >"$out/$model-$mode-$round.log" 2>&1
     done
   done

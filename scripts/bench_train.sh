@@ -3,17 +3,15 @@
 # model, data, batch size (64 per rank), optimizer (Adam 1e-3), ranks (2) and threads (1 per rank),
 # one epoch of Fashion-MNIST, measured in the same run; plus hpctrain's scaling from 1 to 2 ranks.
 #   scripts/bench_train.sh [mlp|cnn|all] [epochs]
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 which=${1:-all}
 epochs=${2:-1}
-bin=${BUILD_DIR:-build}/bin/hpctrain
-[[ -x $bin ]] || ./scripts/build.sh
+build_if_missing
 data=${DATA_DIR:-data/fashion-mnist}
-[[ -f $data/train.h5 ]] || "$bin" prepare fashion-mnist --out "$data"
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+fashion_mnist "$data"
+mpi_flags --bind-to core
+one_thread_per_rank
 out=${BENCH_OUT:-/tmp/hpctrain-bench-train}
 rm -rf "$out" && mkdir -p "$out"
 models=(mlp cnn)
@@ -24,7 +22,7 @@ for model in "${models[@]}"; do
   torch_json=$(/usr/bin/python3 scripts/bench_train_torch.py --model "$model" --ranks 2 \
     --data "$data" --epochs "$epochs")
   for ranks in 2 1; do
-    mpirun "${flags[@]}" -np "$ranks" "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
+    mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" \
       --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" --set "run.epochs=$epochs" \
       --set "data.batch_size=$((64 * 2 / ranks))" --set eval.every_steps=0 \
       --set "run.dir=$out/$model-np$ranks" --set logging.progress=plain --resume none \

@@ -4,20 +4,18 @@
 # configs/fmnist-cnn.yaml data-parallel on 2 ranks for one epoch with evaluation, ending with the
 # summary (test accuracy, throughput, compute ledger). Extra arguments go to `hpctrain train`
 # (e.g. ./scripts/demo.sh --set run.epochs=2, or -c configs/fmnist-mlp.yaml).
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 ./scripts/setup.sh
 HPCTRAIN_BUILD_TARGET=hpctrain ./scripts/build.sh  # the executable only: the demo runs no test
-bin=${BUILD_DIR:-build}/bin/hpctrain
-flags=(--bind-to core)
-[[ $(id -u) -eq 0 ]] && flags+=(--allow-run-as-root)
-(($(nproc) < 2)) && flags+=(--oversubscribe)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mpi_flags --bind-to core
+(($(nproc) < 2)) && MPI_FLAGS+=(--oversubscribe)
+one_thread_per_rank
 
 echo "== hpctrain env (2 ranks)"
-mpirun "${flags[@]}" -np 2 "$bin" env
+mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" env
 echo "== hpctrain bench allreduce (2 ranks, against plain MPI_Allreduce)"
-mpirun "${flags[@]}" -np 2 "$bin" bench allreduce --min-bytes 64K --max-bytes 4M --factor 4
+mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" bench allreduce --min-bytes 64K --max-bytes 4M --factor 4
 if [[ ! -f data/fashion-mnist/train.h5 || ! -f data/fashion-mnist/test.h5 ]]; then
   echo "== hpctrain prepare fashion-mnist"
   "$bin" prepare fashion-mnist --out data/fashion-mnist
@@ -30,6 +28,6 @@ if [[ ${1:-} == -c || ${1:-} == --config ]]; then
 fi
 run_dir=runs/demo-$(basename "$config" .yaml)
 rm -rf "$run_dir"  # the demo starts afresh each time (its own directory only)
-mpirun "${flags[@]}" -np 2 "$bin" --threads 1 train -c "$config" --set "run.dir=$run_dir" \
+mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" --threads 1 train -c "$config" --set "run.dir=$run_dir" \
   --resume none "$@"
 echo "== results in $run_dir: config.yaml, metrics.jsonl, ledger.json, checkpoints/"

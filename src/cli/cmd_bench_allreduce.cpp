@@ -34,7 +34,6 @@ struct BenchOptions {
   bool baseline = true;
   bool json = false;
 };
-BenchOptions g_opt;
 
 torch::ScalarType parse_dtype(const std::string& name) {
   if (name == "float32") return torch::kFloat;
@@ -55,20 +54,20 @@ double slowest_rank_seconds(Clock::time_point start, int iters, comm::ControlPla
   return world.max(std::chrono::duration<double>(Clock::now() - start).count() / iters);
 }
 
-int run_bench_allreduce(CommandContext& ctx) {
-  Session session = make_session(ctx, g_opt.tp);
-  std::shared_ptr<comm::Communicator> group = g_opt.group == "world" ? session.comms.world
-                                              : g_opt.group == "dp"  ? session.comms.dp
-                                                                     : session.comms.tp;
-  const auto dtype = parse_dtype(g_opt.dtype);
-  const auto op = comm::parse_reduce_op(g_opt.op);
-  const auto min_bytes = parse_bytes(g_opt.min_bytes, "--min-bytes");
-  const auto max_bytes = parse_bytes(g_opt.max_bytes, "--max-bytes");
-  if (min_bytes == 0 || max_bytes < min_bytes || g_opt.factor < 2) {
+int run_bench_allreduce(CommandContext& ctx, const BenchOptions& opt) {
+  Session session = make_session(ctx, opt.tp);
+  std::shared_ptr<comm::Communicator> group = opt.group == "world" ? session.comms.world
+                                              : opt.group == "dp"  ? session.comms.dp
+                                                                   : session.comms.tp;
+  const auto dtype = parse_dtype(opt.dtype);
+  const auto op = comm::parse_reduce_op(opt.op);
+  const auto min_bytes = parse_bytes(opt.min_bytes, "--min-bytes");
+  const auto max_bytes = parse_bytes(opt.max_bytes, "--max-bytes");
+  if (min_bytes == 0 || max_bytes < min_bytes || opt.factor < 2) {
     throw ConfigError("--min-bytes must be positive and at most --max-bytes, --factor at least 2");
   }
   auto* mpi_group = dynamic_cast<comm::MpiCommunicator*>(group.get());
-  const bool baseline = g_opt.baseline && mpi_group != nullptr;
+  const bool baseline = opt.baseline && mpi_group != nullptr;
   const bool raw_supported =
       dtype != torch::kBFloat16 && dtype != torch::kHalf && op != comm::ReduceOp::kAvg;
   const int n = group->size();
@@ -81,44 +80,47 @@ int run_bench_allreduce(CommandContext& ctx) {
   };
 
   nlohmann::ordered_json rows = nlohmann::json::array();
-  if (ctx.runtime.world_rank() == 0 && !g_opt.json) {
+  if (ctx.runtime.world_rank() == 0 && !opt.json) {
     std::printf(
         "# hpctrain bench allreduce: backend %s, group %s (%d ranks), %s %s, in place, "
         "best of %d rounds x %d iterations\n",
-        group->backend(), group->name().c_str(), n, g_opt.dtype.c_str(), g_opt.op.c_str(),
-        g_opt.rounds, g_opt.iters);
+        group->backend(), group->name().c_str(), n, opt.dtype.c_str(), opt.op.c_str(), opt.rounds,
+        opt.iters);
     std::printf("# busbw = algbw x 2(n-1)/n; baseline = plain MPI_Allreduce on the same buffer\n");
     std::printf("%12s %12s %10s %10s %10s %s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", baseline ? "  base(us) base_busbw  ratio" : "");
   }
 
-  for (std::uint64_t bytes = min_bytes; bytes <= max_bytes; bytes *= g_opt.factor) {
+  for (std::uint64_t bytes = min_bytes; bytes <= max_bytes; bytes *= opt.factor) {
     const auto count = static_cast<int64_t>(std::max<std::uint64_t>(1, bytes / element));
     torch::Tensor buffer = torch::ones({count}, options);
-    for (int i = 0; i < g_opt.warmup; ++i) group->all_reduce(buffer, op);
+    for (int i = 0; i < opt.warmup; ++i) group->all_reduce(buffer, op);
     double best = 1e30;
     double best_raw = 1e30;
-    for (int round = 0; round < g_opt.rounds; ++round) {
+    for (int round = 0; round < opt.rounds; ++round) {
       buffer.fill_(1);
       group->barrier();
       auto start = Clock::now();
-      for (int i = 0; i < g_opt.iters; ++i) group->all_reduce(buffer, op);
+      for (int i = 0; i < opt.iters; ++i) group->all_reduce(buffer, op);
       sync();
-      best = std::min(best, slowest_rank_seconds(start, g_opt.iters, *session.control.world));
+      best = std::min(best, slowest_rank_seconds(start, opt.iters, *session.control.world));
       if (baseline && raw_supported) {
         buffer.fill_(1);
         mpi_group->barrier();
         start = Clock::now();
-        for (int i = 0; i < g_opt.iters; ++i) mpi_group->plain_mpi_all_reduce(buffer, op);
+        for (int i = 0; i < opt.iters; ++i) mpi_group->plain_mpi_all_reduce(buffer, op);
         best_raw =
-            std::min(best_raw, slowest_rank_seconds(start, g_opt.iters, *session.control.world));
+            std::min(best_raw, slowest_rank_seconds(start, opt.iters, *session.control.world));
       }
     }
     const double actual_bytes = static_cast<double>(count * element);
     const double algbw = actual_bytes / best / 1e9;
-    nlohmann::ordered_json row{{"bytes", count * element},       {"count", count},
-                               {"dtype", g_opt.dtype},           {"op", g_opt.op},
-                               {"time_us", best * 1e6},          {"algbw_gbs", algbw},
+    nlohmann::ordered_json row{{"bytes", count * element},
+                               {"count", count},
+                               {"dtype", opt.dtype},
+                               {"op", opt.op},
+                               {"time_us", best * 1e6},
+                               {"algbw_gbs", algbw},
                                {"busbw_gbs", algbw * bus_factor}};
     if (baseline && raw_supported) {
       const double raw_busbw = actual_bytes / best_raw / 1e9 * bus_factor;
@@ -126,7 +128,7 @@ int run_bench_allreduce(CommandContext& ctx) {
       row["baseline_busbw_gbs"] = raw_busbw;
       row["ratio"] = best_raw / best;
     }
-    if (ctx.runtime.world_rank() == 0 && !g_opt.json) {
+    if (ctx.runtime.world_rank() == 0 && !opt.json) {
       std::printf("%12lld %12lld %10.1f %10.3f %10.3f", static_cast<long long>(count * element),
                   static_cast<long long>(count), best * 1e6, algbw, algbw * bus_factor);
       if (row.contains("ratio")) {
@@ -138,41 +140,41 @@ int run_bench_allreduce(CommandContext& ctx) {
     }
     rows.push_back(row);
   }
-  if (ctx.runtime.world_rank() == 0 && g_opt.json) {
+  if (ctx.runtime.world_rank() == 0 && opt.json) {
     nlohmann::ordered_json out{{"benchmark", "allreduce"},
                                {"backend", group->backend()},
                                {"group", group->name()},
                                {"ranks", n},
                                {"world_size", ctx.runtime.world_size()},
-                               {"iters", g_opt.iters},
-                               {"rounds", g_opt.rounds},
+                               {"iters", opt.iters},
+                               {"rounds", opt.rounds},
                                {"rows", rows}};
     print_json(out);
   }
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<BenchOptions>(
     "bench allreduce", "All-reduce bandwidth table (size, time, algbw, busbw) with an MPI baseline",
-    [](CLI::App& app) {
-      app.add_option("--min-bytes", g_opt.min_bytes, "Smallest message (e.g. 64K)");
-      app.add_option("--max-bytes", g_opt.max_bytes, "Largest message (e.g. 64M)");
-      app.add_option("--factor", g_opt.factor, "Size multiplier between rows");
-      app.add_option("--warmup", g_opt.warmup, "Untimed iterations per size");
-      app.add_option("--iters", g_opt.iters, "Timed iterations per round")
+    [](CLI::App& app, BenchOptions& opt) {
+      app.add_option("--min-bytes", opt.min_bytes, "Smallest message (e.g. 64K)");
+      app.add_option("--max-bytes", opt.max_bytes, "Largest message (e.g. 64M)");
+      app.add_option("--factor", opt.factor, "Size multiplier between rows");
+      app.add_option("--warmup", opt.warmup, "Untimed iterations per size");
+      app.add_option("--iters", opt.iters, "Timed iterations per round")
           ->check(CLI::PositiveNumber);
-      app.add_option("--rounds", g_opt.rounds, "Rounds per size (best is reported)")
+      app.add_option("--rounds", opt.rounds, "Rounds per size (best is reported)")
           ->check(CLI::PositiveNumber);
-      app.add_option("--dtype", g_opt.dtype,
+      app.add_option("--dtype", opt.dtype,
                      "float32 | float64 | bfloat16 | float16 | int32 | int64");
-      app.add_option("--op", g_opt.op, "sum | avg | max | min");
-      app.add_option("--group", g_opt.group, "world | dp | tp")
+      app.add_option("--op", opt.op, "sum | avg | max | min");
+      app.add_option("--group", opt.group, "world | dp | tp")
           ->check(CLI::IsMember({"world", "dp", "tp"}));
-      app.add_option("--tp", g_opt.tp, "Tensor-parallel size of the grid")
+      app.add_option("--tp", opt.tp, "Tensor-parallel size of the grid")
           ->check(CLI::PositiveNumber);
-      app.add_flag("--baseline,!--no-baseline", g_opt.baseline,
+      app.add_flag("--baseline,!--no-baseline", opt.baseline,
                    "Also time a plain MPI_Allreduce loop on the same buffer (MPI backend)");
-      app.add_flag("--json", g_opt.json, "Print JSON instead of a table");
+      app.add_flag("--json", opt.json, "Print JSON instead of a table");
     },
     run_bench_allreduce);
 

@@ -34,7 +34,6 @@ struct BenchCheckpointOptions {
   bool keep_files = false;
   bool json = false;
 };
-BenchCheckpointOptions g_opt;
 
 using Clock = std::chrono::steady_clock;
 
@@ -65,10 +64,11 @@ std::int64_t parse_count(const std::string& text) {
 
 // A model of `params` float32 parameters: tensors of [rows, 1024] of at most --tensor-mb each,
 // split along dim 0 over the tp ranks. The values are touched here, outside any timing.
-std::vector<checkpoint::TensorRecord> make_model(std::int64_t params, int tp_rank, int tp_size) {
+std::vector<checkpoint::TensorRecord> make_model(std::int64_t params, int tp_rank, int tp_size,
+                                                 const BenchCheckpointOptions& opt) {
   constexpr std::int64_t kCols = 1024;
-  const std::int64_t max_rows = std::max<std::int64_t>(
-      1, static_cast<std::int64_t>(g_opt.tensor_mb * 1024 * 1024 / 4) / kCols);
+  const std::int64_t max_rows =
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(opt.tensor_mb * 1024 * 1024 / 4) / kCols);
   std::int64_t rows_left = (params + kCols - 1) / kCols;
   std::vector<checkpoint::TensorRecord> out;
   for (int i = 0; rows_left > 0; ++i) {
@@ -113,18 +113,19 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::ControlPlane& world) {
+Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::ControlPlane& world,
+              const BenchCheckpointOptions& opt) {
   Row row;
   row.params = params;
-  const std::string run_dir = str(g_opt.dir, "/params_", params);
+  const std::string run_dir = str(opt.dir, "/params_", params);
   checkpoint::ManagerOptions options;
-  options.background = g_opt.background;
+  options.background = opt.background;
   options.keep = 2;
   checkpoint::CheckpointManager manager(run_dir, grid, options);
   // The live model the "training loop" holds; save() copies it into buffers the manager reuses.
-  auto live = make_model(params, grid.tp_rank(), grid.tp_size());
+  auto live = make_model(params, grid.tp_rank(), grid.tp_size(), opt);
   std::vector<double> save, blocked, copy, load, verify;
-  for (int i = 0; i <= g_opt.repeat; ++i) {  // i = 0: warm-up (allocates the copy buffers)
+  for (int i = 0; i <= opt.repeat; ++i) {  // i = 0: warm-up (allocates the copy buffers)
     checkpoint::SaveContent content;
     content.step = i + 1;
     content.tensors = live;
@@ -136,7 +137,7 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::Contr
     double b = since(start);
     // The next step's forward and backward (--overlap-ms) run while the copy proceeds; its
     // optimizer update must wait for the copy: that wait blocks training too.
-    simulate_compute(g_opt.overlap_ms);
+    simulate_compute(opt.overlap_ms);
     b += manager.wait_for_copy();
     manager.wait();
     if (i == 0) continue;
@@ -147,8 +148,8 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::Contr
     save.push_back(manager.last_save_seconds());
   }
   row.bytes = manager.last_save_bytes();
-  auto targets = make_model(params, grid.tp_rank(), grid.tp_size());
-  for (int i = 0; i < g_opt.repeat; ++i) {
+  auto targets = make_model(params, grid.tp_rank(), grid.tp_size(), opt);
+  for (int i = 0; i < opt.repeat; ++i) {
     world.barrier();
     auto start = Clock::now();
     const auto dir = manager.resolve("auto");
@@ -172,28 +173,28 @@ Row bench_one(std::int64_t params, const runtime::ProcessGrid& grid, comm::Contr
   return row;
 }
 
-int run_bench_checkpoint(CommandContext& ctx) {
-  const int tp = g_opt.tp > 0 ? g_opt.tp : ctx.runtime.world_size();
+int run_bench_checkpoint(CommandContext& ctx, const BenchCheckpointOptions& opt) {
+  const int tp = opt.tp > 0 ? opt.tp : ctx.runtime.world_size();
   Session session = make_session(ctx, tp);
   const auto& grid = *session.grid;
   comm::ControlPlane& world = *session.control.world;
   std::vector<std::int64_t> counts;
-  for (const auto& p : g_opt.params) counts.push_back(parse_count(p));
+  for (const auto& p : opt.params) counts.push_back(parse_count(p));
   std::vector<Row> rows;
-  for (std::int64_t params : counts) rows.push_back(bench_one(params, grid, world));
-  if (ctx.runtime.world_rank() == 0 && !g_opt.keep_files) {
+  for (std::int64_t params : counts) rows.push_back(bench_one(params, grid, world, opt));
+  if (ctx.runtime.world_rank() == 0 && !opt.keep_files) {
     std::error_code ec;
-    std::filesystem::remove_all(g_opt.dir, ec);
+    std::filesystem::remove_all(opt.dir, ec);
   }
   if (ctx.runtime.world_rank() != 0) return 0;
   nlohmann::ordered_json j{{"benchmark", "checkpoint"},
-                           {"dir", g_opt.dir},
+                           {"dir", opt.dir},
                            {"world_size", ctx.runtime.world_size()},
                            {"dp", grid.dp_size()},
                            {"tp", grid.tp_size()},
-                           {"background", g_opt.background},
-                           {"overlap_ms", g_opt.background ? g_opt.overlap_ms : 0.0},
-                           {"repeat", g_opt.repeat},
+                           {"background", opt.background},
+                           {"overlap_ms", opt.background ? opt.overlap_ms : 0.0},
+                           {"repeat", opt.repeat},
                            {"rows", nlohmann::json::array()}};
   for (const Row& r : rows) {
     j["rows"].push_back(
@@ -209,7 +210,7 @@ int run_bench_checkpoint(CommandContext& ctx) {
          {"load_mb_per_s", static_cast<double>(r.bytes) / r.load_s / 1e6},
          {"verify_s", r.verify_s}});
   }
-  if (g_opt.json) {
+  if (opt.json) {
     print_json(j);
     return 0;
   }
@@ -217,12 +218,12 @@ int run_bench_checkpoint(CommandContext& ctx) {
       "# hpctrain bench checkpoint: %d ranks (dp=%d x tp=%d), %s writing, median of %d, "
       "in %s\n",
       ctx.runtime.world_size(), grid.dp_size(), grid.tp_size(),
-      g_opt.background ? "background" : "synchronous", g_opt.repeat, g_opt.dir.c_str());
+      opt.background ? "background" : "synchronous", opt.repeat, opt.dir.c_str());
   std::printf(
       "# save = save() to committed (fsynced, checksummed, renamed); blocked = time "
       "save() held the caller plus the wait for the copy after %.0f ms of compute (background: "
       "the copy runs on the writer thread); load reads from the page cache\n",
-      g_opt.background ? g_opt.overlap_ms : 0.0);
+      opt.background ? opt.overlap_ms : 0.0);
   std::printf("%12s %10s %9s %10s %10s %9s %9s %10s %9s\n", "params", "MB", "save(s)", "save MB/s",
               "blocked(s)", "blocked%", "load(s)", "load MB/s", "verify(s)");
   for (const auto& r : j["rows"]) {
@@ -237,30 +238,30 @@ int run_bench_checkpoint(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<BenchCheckpointOptions>(
     "bench checkpoint",
     "Checkpoint save/load time and MB/s for a synthetic model; blocking time of background saves",
-    [](CLI::App& app) {
-      app.add_option("--params", g_opt.params, "Model sizes in parameters (10M, 100M; repeatable)")
+    [](CLI::App& app, BenchCheckpointOptions& opt) {
+      app.add_option("--params", opt.params, "Model sizes in parameters (10M, 100M; repeatable)")
           ->capture_default_str();
-      app.add_flag("--background,!--sync", g_opt.background,
+      app.add_flag("--background,!--sync", opt.background,
                    "Write on the background thread (default: synchronous)");
-      app.add_option("--overlap-ms", g_opt.overlap_ms,
+      app.add_option("--overlap-ms", opt.overlap_ms,
                      "With --background: milliseconds of compute (the next step's forward and "
                      "backward) between save() and the wait for the copy (default 0)")
           ->check(CLI::NonNegativeNumber);
-      app.add_option("--tp", g_opt.tp, "Tensor-parallel size (default: every rank)")
+      app.add_option("--tp", opt.tp, "Tensor-parallel size (default: every rank)")
           ->check(CLI::PositiveNumber);
-      app.add_option("--dir", g_opt.dir, "Run directory to write checkpoints into (removed after)")
+      app.add_option("--dir", opt.dir, "Run directory to write checkpoints into (removed after)")
           ->capture_default_str();
-      app.add_option("--repeat", g_opt.repeat, "Timed saves and loads per size (after 1 warm-up)")
+      app.add_option("--repeat", opt.repeat, "Timed saves and loads per size (after 1 warm-up)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_option("--tensor-mb", g_opt.tensor_mb, "Largest tensor of the synthetic model (MiB)")
+      app.add_option("--tensor-mb", opt.tensor_mb, "Largest tensor of the synthetic model (MiB)")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_flag("--keep-files", g_opt.keep_files, "Leave the checkpoints in --dir");
-      app.add_flag("--json", g_opt.json, "Print JSON instead of a table");
+      app.add_flag("--keep-files", opt.keep_files, "Leave the checkpoints in --dir");
+      app.add_flag("--json", opt.json, "Print JSON instead of a table");
     },
     run_bench_checkpoint);
 

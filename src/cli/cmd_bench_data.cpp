@@ -38,7 +38,6 @@ struct BenchDataOptions {
   std::string indices_out;
   bool json = false;
 };
-BenchDataOptions g_opt;
 
 using Clock = std::chrono::steady_clock;
 
@@ -49,47 +48,47 @@ struct Phase {
   double wait_seconds = 0;
 };
 
-int run_bench_data(CommandContext& ctx) {
-  Session session = make_session(ctx, g_opt.tp);
+int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
+  Session session = make_session(ctx, opt.tp);
   const auto& grid = *session.grid;
   comm::ControlPlane& world = *session.control.world;
   const int dp = grid.dp_size();
-  const std::int64_t global_batch = g_opt.batch * dp;
+  const std::int64_t global_batch = opt.batch * dp;
 
   data::DatasetExpectation expect;
   expect.min_samples = global_batch;
-  expect.seq_len = g_opt.seq_len;
+  expect.seq_len = opt.seq_len;
   expect.config_key = "--file";
   data::ReadOptions read_options;
-  if (g_opt.chunk_cache != "auto") {
-    read_options.chunk_cache_bytes = parse_bytes(g_opt.chunk_cache, "--chunk-cache");
+  if (opt.chunk_cache != "auto") {
+    read_options.chunk_cache_bytes = parse_bytes(opt.chunk_cache, "--chunk-cache");
   }
   // Every rank opens and validates, as training does: a list, glob or directory of files is
   // validated by the world's ranks together (each its share of the files), the time is the
   // slowest rank's.
   session.control.world->barrier();
   const auto open_start = Clock::now();
-  auto dataset = data::Dataset::open(g_opt.file, expect, read_options, &world);
+  auto dataset = data::Dataset::open(opt.file, expect, read_options, &world);
   const double open_seconds =
       world.max(std::chrono::duration<double>(Clock::now() - open_start).count());
   const data::DatasetInfo& info = dataset->info();
-  data::TrainSampler sampler(info.num_samples, global_batch, g_opt.seed, g_opt.shuffle);
+  data::TrainSampler sampler(info.num_samples, global_batch, opt.seed, opt.shuffle);
 
-  if (ctx.runtime.world_rank() == 0 && !g_opt.indices_out.empty()) {
+  if (ctx.runtime.world_rank() == 0 && !opt.indices_out.empty()) {
     // The global batches in order (warm-up, then timed), int64 little-endian, for the h5py side.
-    std::ofstream out(g_opt.indices_out, std::ios::binary);
+    std::ofstream out(opt.indices_out, std::ios::binary);
     data::SamplerState state;
-    for (std::int64_t s = 0; s < g_opt.warmup + g_opt.steps; ++s) {
+    for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
       auto batch = sampler.next_global_batch(state);
       out.write(reinterpret_cast<const char*>(batch.data()),
                 static_cast<std::streamsize>(batch.size() * sizeof(std::int64_t)));
     }
-    if (!out) throw Error(str("cannot write --indices-out file '", g_opt.indices_out, "'"));
+    if (!out) throw Error(str("cannot write --indices-out file '", opt.indices_out, "'"));
   }
 
   // Warm-up: the same first steps the h5py side skips.
   data::SamplerState state;
-  for (std::int64_t s = 0; s < g_opt.warmup; ++s) {
+  for (std::int64_t s = 0; s < opt.warmup; ++s) {
     dataset->read(
         data::TrainSampler::rank_slice(sampler.next_global_batch(state), grid.dp_rank(), dp));
   }
@@ -101,7 +100,7 @@ int run_bench_data(CommandContext& ctx) {
     Phase phase{"reader (no prefetch, no compute)", -1};
     auto start = Clock::now();
     data::SamplerState s = timed_start;
-    for (std::int64_t i = 0; i < g_opt.steps; ++i) {
+    for (std::int64_t i = 0; i < opt.steps; ++i) {
       dataset->read(
           data::TrainSampler::rank_slice(sampler.next_global_batch(s), grid.dp_rank(), dp));
     }
@@ -109,15 +108,15 @@ int run_bench_data(CommandContext& ctx) {
     phase.wait_seconds = phase.seconds;
     phases.push_back(phase);
   }
-  const auto compute = std::chrono::duration<double, std::milli>(g_opt.compute_ms);
+  const auto compute = std::chrono::duration<double, std::milli>(opt.compute_ms);
   std::vector<int> depths{0};
-  if (g_opt.prefetch > 0) depths.push_back(g_opt.prefetch);
+  if (opt.prefetch > 0) depths.push_back(opt.prefetch);
   for (int depth : depths) {
     session.control.world->barrier();
-    Phase phase{str("loop: prefetch ", depth, ", compute ", g_opt.compute_ms, " ms/step"), depth};
+    Phase phase{str("loop: prefetch ", depth, ", compute ", opt.compute_ms, " ms/step"), depth};
     auto start = Clock::now();
     data::TrainLoader loader(*dataset, sampler, timed_start, grid.dp_rank(), dp, depth,
-                             timed_start.global_step + g_opt.steps);
+                             timed_start.global_step + opt.steps);
     data::Batch batch;
     while (loader.next(batch)) {
       // Stands in for forward/backward: sleeping leaves the core to the reader thread, as a
@@ -129,7 +128,7 @@ int run_bench_data(CommandContext& ctx) {
     phases.push_back(phase);
   }
 
-  const double samples = static_cast<double>(g_opt.steps * global_batch);
+  const double samples = static_cast<double>(opt.steps * global_batch);
   const double bytes = samples * static_cast<double>(info.sample_bytes);
   nlohmann::ordered_json rows = nlohmann::json::array();
   for (Phase& phase : phases) {
@@ -141,14 +140,14 @@ int run_bench_data(CommandContext& ctx) {
          {"seconds", phase.seconds},
          {"samples_per_s", samples / phase.seconds},
          {"mb_per_s", bytes / phase.seconds / 1e6},
-         {"wait_ms_per_step", phase.wait_seconds / static_cast<double>(g_opt.steps) * 1e3}});
+         {"wait_ms_per_step", phase.wait_seconds / static_cast<double>(opt.steps) * 1e3}});
   }
   if (ctx.runtime.world_rank() != 0) return 0;
   nlohmann::ordered_json j{{"benchmark", "data"},
-                           {"file", g_opt.file},
+                           {"file", opt.file},
                            {"files", info.files.size()},
                            {"open_seconds", open_seconds},
-                           {"kind", data::dataset_kind_name(info.kind)},
+                           {"kind", task_name(info.kind)},
                            {"num_samples", info.num_samples},
                            {"sample_shape", info.sample_shape},
                            {"dtype", info.input_dtype},
@@ -158,15 +157,15 @@ int run_bench_data(CommandContext& ctx) {
                            {"world_size", ctx.runtime.world_size()},
                            {"dp", dp},
                            {"tp", grid.tp_size()},
-                           {"batch_per_rank", g_opt.batch},
+                           {"batch_per_rank", opt.batch},
                            {"global_batch", global_batch},
-                           {"steps", g_opt.steps},
-                           {"warmup", g_opt.warmup},
-                           {"shuffle", g_opt.shuffle},
-                           {"seed", g_opt.seed},
-                           {"compute_ms", g_opt.compute_ms},
+                           {"steps", opt.steps},
+                           {"warmup", opt.warmup},
+                           {"shuffle", opt.shuffle},
+                           {"seed", opt.seed},
+                           {"compute_ms", opt.compute_ms},
                            {"rows", rows}};
-  if (g_opt.json) {
+  if (opt.json) {
     print_json(j);
     return 0;
   }
@@ -177,7 +176,7 @@ int run_bench_data(CommandContext& ctx) {
   }
   std::string shape;
   for (auto d : info.sample_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-  std::printf("# hpctrain bench data: %s\n", g_opt.file.c_str());
+  std::printf("# hpctrain bench data: %s\n", opt.file.c_str());
   std::printf("# opened and validated %zu file(s) in %.3f s (slowest of %d ranks)\n",
               info.files.size(), open_seconds, ctx.runtime.world_size());
   std::printf("# %lld samples of %s %s (%lld B), chunks %s, chunk cache %s\n",
@@ -187,10 +186,10 @@ int run_bench_data(CommandContext& ctx) {
   std::printf(
       "# %d ranks (dp=%d x tp=%d), batch %lld per rank (global %lld), %lld steps after "
       "%lld warm-up, %s\n",
-      ctx.runtime.world_size(), dp, grid.tp_size(), static_cast<long long>(g_opt.batch),
-      static_cast<long long>(global_batch), static_cast<long long>(g_opt.steps),
-      static_cast<long long>(g_opt.warmup),
-      g_opt.shuffle ? str("shuffled (seed ", g_opt.seed, ")").c_str() : "sequential");
+      ctx.runtime.world_size(), dp, grid.tp_size(), static_cast<long long>(opt.batch),
+      static_cast<long long>(global_batch), static_cast<long long>(opt.steps),
+      static_cast<long long>(opt.warmup),
+      opt.shuffle ? str("shuffled (seed ", opt.seed, ")").c_str() : "sequential");
   std::printf(
       "# samples/s and MB/s of the whole job (slowest rank); wait = time the loop spent "
       "in next(), per step, slowest rank\n");
@@ -204,39 +203,39 @@ int run_bench_data(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<BenchDataOptions>(
     "bench data", "Sharded reader throughput (samples/s, MB/s) and data wait of a training loop",
-    [](CLI::App& app) {
-      app.add_option("--file", g_opt.file,
+    [](CLI::App& app, BenchDataOptions& opt) {
+      app.add_option("--file", opt.file,
                      "HDF5 dataset file, or a list, glob or directory of them (as data.train)")
           ->required();
-      app.add_option("--batch", g_opt.batch, "Samples per data-parallel rank per step")
+      app.add_option("--batch", opt.batch, "Samples per data-parallel rank per step")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_option("--steps", g_opt.steps, "Timed steps per phase")
+      app.add_option("--steps", opt.steps, "Timed steps per phase")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_option("--warmup", g_opt.warmup, "Untimed steps first")
+      app.add_option("--warmup", opt.warmup, "Untimed steps first")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      app.add_option("--prefetch", g_opt.prefetch, "Batches read ahead in the prefetch phase")
+      app.add_option("--prefetch", opt.prefetch, "Batches read ahead in the prefetch phase")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      app.add_option("--compute-ms", g_opt.compute_ms, "Simulated compute per step")
+      app.add_option("--compute-ms", opt.compute_ms, "Simulated compute per step")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      app.add_option("--seed", g_opt.seed, "Sampler seed")->capture_default_str();
-      app.add_flag("--shuffle,!--no-shuffle", g_opt.shuffle, "Shuffled (default) or sequential");
-      app.add_option("--seq-len", g_opt.seq_len, "Window length for token files")
+      app.add_option("--seed", opt.seed, "Sampler seed")->capture_default_str();
+      app.add_flag("--shuffle,!--no-shuffle", opt.shuffle, "Shuffled (default) or sequential");
+      app.add_option("--seq-len", opt.seq_len, "Window length for token files")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
-      app.add_option("--tp", g_opt.tp, "Tensor-parallel size of the grid")
+      app.add_option("--tp", opt.tp, "Tensor-parallel size of the grid")
           ->check(CLI::PositiveNumber);
-      app.add_option("--chunk-cache", g_opt.chunk_cache, "Chunk cache: auto or a size (64M)")
+      app.add_option("--chunk-cache", opt.chunk_cache, "Chunk cache: auto or a size (64M)")
           ->capture_default_str();
-      app.add_option("--indices-out", g_opt.indices_out,
+      app.add_option("--indices-out", opt.indices_out,
                      "Write the global batches read (int64 LE, warm-up then timed) for h5py");
-      app.add_flag("--json", g_opt.json, "Print JSON instead of a table");
+      app.add_flag("--json", opt.json, "Print JSON instead of a table");
     },
     run_bench_data);
 

@@ -18,7 +18,6 @@ namespace {
 struct BenchTraceArgs {
   long long iterations = 2000000;
 };
-BenchTraceArgs g_bench_trace;
 
 // Nanoseconds per scope over `n` scopes.
 double time_scopes(long long n) {
@@ -44,9 +43,9 @@ double time_operations(long long n) {
          static_cast<double>(n);
 }
 
-int run_bench_trace(CommandContext& ctx) {
+int run_bench_trace(CommandContext& ctx, const BenchTraceArgs& opt) {
   if (ctx.runtime.world_rank() != 0) return 0;
-  const long long n = g_bench_trace.iterations;
+  const long long n = opt.iterations;
   const double off = time_scopes(n);
   runtime::trace::open();
   const double on = time_scopes(n / 10);  // the window keeps every slice: fewer of them
@@ -69,10 +68,10 @@ int run_bench_trace(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<BenchTraceArgs>(
     "bench trace", "Cost of one logging.trace recording point, tracing off and on",
-    [](CLI::App& app) {
-      app.add_option("--iterations", g_bench_trace.iterations, "Scopes timed with tracing off")
+    [](CLI::App& app, BenchTraceArgs& opt) {
+      app.add_option("--iterations", opt.iterations, "Scopes timed with tracing off")
           ->check(CLI::PositiveNumber)
           ->capture_default_str();
     },

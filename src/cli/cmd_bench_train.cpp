@@ -33,7 +33,6 @@ struct BenchTrainOptions {
   std::int64_t warmup = 2;
   bool json = false;
 };
-BenchTrainOptions g_opt;
 
 // The train records of metrics.jsonl (one per step: the command sets logging.every_steps = 1).
 std::vector<nlohmann::json> train_records(const std::string& path) {
@@ -48,9 +47,9 @@ std::vector<nlohmann::json> train_records(const std::string& path) {
   return out;
 }
 
-int run_bench_train(CommandContext& ctx) {
-  Config config = Config::load(g_opt.config);
-  for (const auto& assignment : g_opt.overrides) config.set(assignment);
+int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
+  Config config = Config::load(opt.config);
+  for (const auto& assignment : opt.overrides) config.set(assignment);
   // A benchmark measures steps: nothing else runs inside the loop, and every step is logged so
   // that the warm-up steps can be left out.
   for (const char* fixed :
@@ -58,11 +57,10 @@ int run_bench_train(CommandContext& ctx) {
         "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.at_end=false"}) {
     config.set(fixed);
   }
-  if (g_opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
+  if (opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
   const int tp = parallel::ParallelConfig::of(config).tp;
   Session session = make_session(ctx, tp);
-  const std::string default_dir =
-      "runs/bench-" + std::filesystem::path(g_opt.config).stem().string();
+  const std::string default_dir = "runs/bench-" + std::filesystem::path(opt.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), "none");
   const std::string run_dir = trainer.config().run.dir;
   // metrics.jsonl is appended to (resumed runs continue it): start this run's afresh. Only rank
@@ -85,14 +83,14 @@ int run_bench_train(CommandContext& ctx) {
   std::ifstream(run_dir + "/ledger.json") >> ledger;
   const auto records = train_records(run_dir + "/metrics.jsonl");
   const auto steps = static_cast<std::int64_t>(records.size());
-  if (steps <= g_opt.warmup) {
+  if (steps <= opt.warmup) {
     throw ConfigError(str("bench train ran ", steps, " steps, not more than --warmup-steps = ",
-                          g_opt.warmup, ": raise run.max_steps"));
+                          opt.warmup, ": raise run.max_steps"));
   }
   double seconds = 0;
-  for (std::int64_t i = g_opt.warmup; i < steps; ++i)
+  for (std::int64_t i = opt.warmup; i < steps; ++i)
     seconds += records[i]["step_time"].get<double>();
-  const double measured = static_cast<double>(steps - g_opt.warmup);
+  const double measured = static_cast<double>(steps - opt.warmup);
   const double step_time = seconds / measured;
   const double global_batch =
       ledger["samples_trained"].get<double>() / ledger["steps"].get<double>();
@@ -102,7 +100,7 @@ int run_bench_train(CommandContext& ctx) {
   const double* c = comm.data();
   nlohmann::ordered_json j{
       {"benchmark", "train"},
-      {"config", g_opt.config},
+      {"config", opt.config},
       {"model", ledger["model"]["name"]},
       {"parameters", ledger["model"]["parameters"]},
       {"world_size", world_size},
@@ -113,7 +111,7 @@ int run_bench_train(CommandContext& ctx) {
       {"global_batch", global_batch},
       {"tokens_per_sample", tokens_per_sample},
       {"steps", steps},
-      {"warmup_steps", g_opt.warmup},
+      {"warmup_steps", opt.warmup},
       {"step_time_s", step_time},
       {"samples_per_s", global_batch / step_time},
       {"tokens_per_s", global_batch * tokens_per_sample / step_time},
@@ -129,17 +127,17 @@ int run_bench_train(CommandContext& ctx) {
       {"first_loss", records.front()["loss"]},
       {"last_loss", records.back()["loss"]},
       {"run_dir", run_dir}};
-  if (g_opt.json) {
+  if (opt.json) {
     print_json(j, /*pretty=*/false);
     return outcome.exit_code;
   }
   const double tp_comm = j["tp_comm_s_per_step"].get<double>();
-  std::cout << "# hpctrain bench train: " << g_opt.config << ", " << j["model"].get<std::string>()
+  std::cout << "# hpctrain bench train: " << opt.config << ", " << j["model"].get<std::string>()
             << " (" << j["parameters"].get<std::int64_t>() << " parameters)\n"
             << "# " << world_size << " ranks (dp=" << session.grid->dp_size()
             << " x tp=" << session.grid->tp_size() << "), " << session.device.threads
             << " thread(s) per rank, global batch " << number_text(global_batch) << ", " << steps
-            << " steps (" << g_opt.warmup << " warm-up steps not timed)\n";
+            << " steps (" << opt.warmup << " warm-up steps not timed)\n";
   Table t;
   t.row("step time", step_time, "s");
   t.row("tokens/s", std::round(j["tokens_per_s"].get<double>()), "");
@@ -157,18 +155,18 @@ int run_bench_train(CommandContext& ctx) {
   return outcome.exit_code;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<BenchTrainOptions>(
     "bench train",
     "Steady-state training throughput (tokens/s, FLOP/s) and tensor-parallel communication time "
     "per step of a config",
-    [](CLI::App& app) {
-      app.add_option("-c,--config", g_opt.config, "Run configuration (YAML)")
+    [](CLI::App& app, BenchTrainOptions& opt) {
+      app.add_option("-c,--config", opt.config, "Run configuration (YAML)")
           ->required()
           ->check(CLI::ExistingFile);
-      app.add_option("--set", g_opt.overrides,
+      app.add_option("--set", opt.overrides,
                      "Override a config key (repeatable), e.g. --set run.max_steps=12");
-      app.add_option("--warmup-steps", g_opt.warmup, "Steps left out of the timing (default 2)");
-      app.add_flag("--json", g_opt.json, "Print one JSON object instead of the table");
+      app.add_option("--warmup-steps", opt.warmup, "Steps left out of the timing (default 2)");
+      app.add_flag("--json", opt.json, "Print one JSON object instead of the table");
     },
     run_bench_train);
 

@@ -28,27 +28,26 @@ struct CompressArgs {
   std::string checkpoint;
   std::string out;
   eval::CompressionSpec spec;
+  CLI::App* app = nullptr;  ///< the command's parser: which options were given
 };
-CompressArgs g_compress;
-CLI::App* g_app = nullptr;
 
-int run_compress(CommandContext& ctx) {
+int run_compress(CommandContext& ctx, const CompressArgs& opt) {
   if (ctx.runtime.world_size() > 1) {
     throw ConfigError("hpctrain compress runs as one process: start it without mpirun/srun");
   }
-  eval::CompressionSpec spec = g_compress.spec;
-  if (g_app->count("--prune") > 0 && spec.prune == 0) {
+  eval::CompressionSpec spec = opt.spec;
+  if (opt.app->count("--prune") > 0 && spec.prune == 0) {
     throw ConfigError("--prune 0: the sparsity is in (0, 1), e.g. --prune 0.5");
   }
   spec.validate();
   if (!spec.any()) {
     throw ConfigError("nothing to do: give --quantize int8, --prune SPARSITY, or both");
   }
-  if (g_app->count("--prune-scope") > 0 && spec.prune == 0) {
+  if (opt.app->count("--prune-scope") > 0 && spec.prune == 0) {
     throw ConfigError("--prune-scope chooses how --prune spreads its zeros: add --prune SPARSITY");
   }
   const std::string dir =
-      fs::absolute(checkpoint::checkpoint_dir_of(g_compress.checkpoint)).lexically_normal();
+      fs::absolute(checkpoint::checkpoint_dir_of(opt.checkpoint)).lexically_normal();
   const auto verification = checkpoint::verify(dir);
   if (!verification.ok) {
     throw CheckpointError(
@@ -61,7 +60,7 @@ int run_compress(CommandContext& ctx) {
                           "): compress the float32 checkpoint it came from (",
                           state["compression"].value("source", std::string("?")), ")"));
   }
-  const fs::path out = fs::absolute(g_compress.out);
+  const fs::path out = fs::absolute(opt.out);
   if (fs::exists(out / "checkpoints")) {
     throw ConfigError(str("--out ", out.string(),
                           " already holds checkpoints: choose a new directory (nothing is "
@@ -138,23 +137,23 @@ int run_compress(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<CompressArgs>(
     "compress", "Write a pruned and/or int8 copy of a checkpoint (same format, verifiable)",
-    [](CLI::App& app) {
-      g_app = &app;
-      app.add_option("checkpoint", g_compress.checkpoint,
+    [](CLI::App& app, CompressArgs& opt) {
+      opt.app = &app;
+      app.add_option("checkpoint", opt.checkpoint,
                      "Checkpoint directory (step_<N>) or run directory (its latest checkpoint)")
           ->required();
-      app.add_option("--out", g_compress.out,
+      app.add_option("--out", opt.out,
                      "New run directory for the compressed checkpoint (DIR/checkpoints/step_<N>)")
           ->required();
-      app.add_option("--quantize", g_compress.spec.quantize,
+      app.add_option("--quantize", opt.spec.quantize,
                      "int8: linear layers' weights in int8 per output channel (dynamic "
                      "quantization)");
-      app.add_option("--prune", g_compress.spec.prune,
+      app.add_option("--prune", opt.spec.prune,
                      "Sparsity in (0, 1): zero that fraction of the weights, smallest magnitude "
                      "first (L1, unstructured)");
-      app.add_option("--prune-scope", g_compress.spec.scope,
+      app.add_option("--prune-scope", opt.spec.scope,
                      "global: one threshold over all prunable weights (default); layer: the same "
                      "sparsity in each layer");
     },

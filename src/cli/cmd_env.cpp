@@ -32,7 +32,6 @@ struct EnvOptions {
   int tp = 1;
   bool json = false;
 };
-EnvOptions g_env;
 
 std::string hdf5_version() {
   unsigned major = 0, minor = 0, release = 0;
@@ -47,8 +46,8 @@ std::string blas_library() {
   return dlsym(RTLD_DEFAULT, "openblas_get_config") ? "OpenBLAS" : "other (not OpenBLAS)";
 }
 
-int run_env(CommandContext& ctx) {
-  Session session = make_session(ctx, g_env.tp);
+int run_env(CommandContext& ctx, const EnvOptions& opt) {
+  Session session = make_session(ctx, opt.tp);
   auto& rt = ctx.runtime;
 
   // Ranks per node may differ between nodes: report the range.
@@ -130,7 +129,7 @@ int run_env(CommandContext& ctx) {
   j["placement"] = placement;
 
   if (rt.world_rank() == 0) {
-    if (g_env.json) {
+    if (opt.json) {
       nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
       for (std::size_t r = 0; r < all.size(); ++r) {
         ranks.push_back({{"world_rank", r},
@@ -155,12 +154,12 @@ int run_env(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<EnvOptions>(
     "env", "Print versions, MPI layout, grid and devices (paste it into bug reports)",
-    [](CLI::App& app) {
-      app.add_option("--tp", g_env.tp, "Tensor-parallel size of the grid to report")
+    [](CLI::App& app, EnvOptions& opt) {
+      app.add_option("--tp", opt.tp, "Tensor-parallel size of the grid to report")
           ->check(CLI::PositiveNumber);
-      app.add_flag("--json", g_env.json, "Print JSON instead of a table");
+      app.add_flag("--json", opt.json, "Print JSON instead of a table");
     },
     run_env);
 

@@ -23,12 +23,12 @@ struct EvalArgs {
   bool fp32 = false;
   int tp = 1;
   eval::OfflineOptions options;
+  CLI::App* app = nullptr;  ///< the command's parser: which options were given
 };
-EvalArgs g_eval;
 
 // Options are checked on every rank, identically, before any collective.
-eval::OfflineOptions checked_options(CLI::App* app) {
-  EvalArgs& a = g_eval;
+eval::OfflineOptions checked_options(const EvalArgs& a) {
+  const CLI::App* app = a.app;
   eval::OfflineOptions o = a.options;
   const int modes = !a.checkpoint.empty() + !a.checkpoints.empty() + !a.watch.empty();
   if (modes != 1) {
@@ -58,7 +58,8 @@ eval::OfflineOptions checked_options(CLI::App* app) {
   if (!a.memory_budget.empty()) o.memory_budget = parse_bytes(a.memory_budget, "--memory-budget");
   o.max_samples = a.max_samples;
   if (a.bf16 && a.fp32) throw ConfigError("--bf16 and --fp32 contradict each other: pick one");
-  o.precision = a.bf16 ? "bf16" : a.fp32 ? "fp32" : "";
+  if (a.bf16) o.precision = Precision::kBf16;
+  if (a.fp32) o.precision = Precision::kFp32;
   if (o.compare_fp32 && !a.bf16) {
     throw ConfigError("--compare-fp32 compares a bf16 evaluation with fp32: add --bf16");
   }
@@ -71,10 +72,10 @@ eval::OfflineOptions checked_options(CLI::App* app) {
         "--prune 0: the sparsity is in (0, 1), e.g. --prune 0.5 (omit --prune for none)");
   }
   o.compression.validate();
-  if (o.compression.any() && o.precision == "bf16") {
+  if (o.compression.any() && o.precision == Precision::kBf16) {
     throw ConfigError("--quantize/--prune compare with a float32 evaluation: drop --bf16");
   }
-  if (o.compression.any() && o.precision.empty()) o.precision = "fp32";
+  if (o.compression.any() && !o.precision) o.precision = Precision::kFp32;
   if (!(o.max_drop >= 0)) throw ConfigError(str("--max-drop ", o.max_drop, ": must be >= 0"));
   if (!o.save_outputs.empty() && a.checkpoint.empty()) {
     throw ConfigError(
@@ -84,30 +85,27 @@ eval::OfflineOptions checked_options(CLI::App* app) {
   return o;
 }
 
-CLI::App* g_app = nullptr;
-
-int run_eval(CommandContext& ctx) {
-  eval::OfflineOptions options = checked_options(g_app);
+int run_eval(CommandContext& ctx, EvalArgs& a) {
+  eval::OfflineOptions options = checked_options(a);
   if (!options.save_outputs.empty() && ctx.runtime.world_size() > 1) {
     throw ConfigError(
         "--save-outputs runs as one process (the outputs stay on the rank that "
         "computed them): start hpctrain eval without mpirun/srun");
   }
-  Session session = make_session(ctx, g_eval.tp);
+  Session session = make_session(ctx, a.tp);
   eval::OfflineEvaluator evaluator(environment(ctx, session), std::move(options));
   int code = kExitOk;
-  if (!g_eval.checkpoint.empty()) code = evaluator.evaluate_checkpoint(g_eval.checkpoint);
-  if (!g_eval.checkpoints.empty()) code = evaluator.evaluate_run(g_eval.checkpoints);
-  if (!g_eval.watch.empty()) code = evaluator.watch(g_eval.watch);
+  if (!a.checkpoint.empty()) code = evaluator.evaluate_checkpoint(a.checkpoint);
+  if (!a.checkpoints.empty()) code = evaluator.evaluate_run(a.checkpoints);
+  if (!a.watch.empty()) code = evaluator.watch(a.watch);
   session.control.world->barrier();
   return code;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<EvalArgs>(
     "eval", "Evaluate checkpoints (one, every one of a run, or watch a training run)",
-    [](CLI::App& app) {
-      g_app = &app;
-      EvalArgs& a = g_eval;
+    [](CLI::App& app, EvalArgs& a) {
+      a.app = &app;
       app.add_option("--checkpoint", a.checkpoint,
                      "A checkpoint directory (step_<N>), or a run directory for its newest "
                      "checkpoint that verifies");

@@ -41,9 +41,8 @@ struct ExportArgs {
   std::string format = "torchscript";
   std::string out;
   std::int64_t seq_len = 0;  // gpt: tokens per sequence of the export (0: model.seq_len)
+  CLI::App* app = nullptr;   ///< the command's parser: which options were given
 };
-ExportArgs g_export;
-CLI::App* g_app = nullptr;
 
 // The interpreter and the scripts/ directory: HPCTRAIN_PYTHON and HPCTRAIN_SCRIPTS_DIR when set
 // (an installed hpctrain without its source tree), else Debian's python3 and this source tree's.
@@ -86,14 +85,14 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
 
 // A gpt's context, model.seq_len (GptOptions' default when the section leaves it out).
 std::int64_t gpt_context(const eval::RunConfig& config) {
-  return config.seq_len() > 0 ? config.seq_len() : model::GptOptions{}.seq_len;
+  return config.model().seq_len > 0 ? config.model().seq_len : model::GptOptions{}.seq_len;
 }
 
-int run_export(CommandContext& ctx) {
+int run_export(CommandContext& ctx, const ExportArgs& opt) {
   if (ctx.runtime.world_size() > 1) {
     throw ConfigError("hpctrain export runs as one process: start it without mpirun/srun");
   }
-  const std::string dir = checkpoint::checkpoint_dir_of(g_export.checkpoint);
+  const std::string dir = checkpoint::checkpoint_dir_of(opt.checkpoint);
   const auto verification = checkpoint::verify(dir);
   if (!verification.ok) {
     throw CheckpointError(
@@ -103,31 +102,30 @@ int run_export(CommandContext& ctx) {
   std::string origin;
   const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
   eval::RunConfig config = eval::RunConfig::parse_stored(text, origin, dir);
-  const std::string& format = g_export.format;
-  const bool torchscript_run = config.model_name() == "torchscript";
-  const bool gpt = config.model_name() == "gpt";
+  const std::string& format = opt.format;
+  const bool torchscript_run = config.model().name == "torchscript";
+  const bool gpt = config.model().name == "gpt";
   const bool state_only = format == "pytorch" || format == "safetensors";
-  if (!state_only && !torchscript_run && config.model_name() != "mlp" &&
-      config.model_name() != "cnn" && !gpt) {
-    throw ConfigError(str(dir, " is a checkpoint of a ", config.model_name(), " model (", origin,
+  if (!state_only && !torchscript_run && config.model().name != "mlp" &&
+      config.model().name != "cnn" && !gpt) {
+    throw ConfigError(str(dir, " is a checkpoint of a ", config.model().name, " model (", origin,
                           "): --format ", format,
                           " rebuilds the built-in mlp, cnn and gpt models and TorchScript runs "
                           "in PyTorch; export this one with --format pytorch (its state_dict)"));
   }
-  if (g_app->count("--seq-len") > 0) {
+  if (opt.app->count("--seq-len") > 0) {
     if (!gpt || state_only) {
       throw ConfigError(
           str("--seq-len sets the token length of a gpt's torchscript or onnx "
               "export; ",
               gpt ? str("a state_dict (--format ", format, ") has none")
-                  : str("a ", config.model_name(), " has fixed-size inputs"),
+                  : str("a ", config.model().name, " has fixed-size inputs"),
               ": leave it out"));
     }
     const std::int64_t context = gpt_context(config);
-    if (g_export.seq_len < 1 || g_export.seq_len > context) {
-      throw ConfigError(str("--seq-len ", g_export.seq_len,
-                            ": this gpt reads at most model.seq_len = ", context, " tokens (",
-                            origin,
+    if (opt.seq_len < 1 || opt.seq_len > context) {
+      throw ConfigError(str("--seq-len ", opt.seq_len, ": this gpt reads at most model.seq_len = ",
+                            context, " tokens (", origin,
                             "; its position table has that many rows): export with a --seq-len "
                             "from 1 to ",
                             context, "; nothing written"));
@@ -150,13 +148,13 @@ int run_export(CommandContext& ctx) {
   model->eval();
   const std::int64_t step = loaded.manifest.value("step", std::int64_t{0});
   if (format == "safetensors") {
-    log::info(str("wrote ", export_safetensors(*model, g_export.out, dir, step), " from ", dir,
+    log::info(str("wrote ", export_safetensors(*model, opt.out, dir, step), " from ", dir,
                   " (step ", step, ")"));
     return 0;
   }
 
   // Written beside the target and renamed: a reader never sees half a file.
-  const fs::path out = fs::absolute(g_export.out);
+  const fs::path out = fs::absolute(opt.out);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
   const std::string tmp = out.string() + ".tmp";
   if (format == "torchscript" && torchscript_run) {
@@ -203,7 +201,7 @@ int run_export(CommandContext& ctx) {
     return 0;
   }
   const int code =
-      run_export_script(config.model_text(), state_file, format, out.string(), g_export.seq_len);
+      run_export_script(config.model_text(), state_file, format, out.string(), opt.seq_len);
   fs::remove(state_file);
   if (code != 0) {
     fs::remove(out.string() + ".tmp");
@@ -214,39 +212,38 @@ int run_export(CommandContext& ctx) {
                     " (above): nothing written; it needs python3-torch and python3-yaml",
                     format == "onnx" ? " and python3-onnx" : ""));
   }
-  log::info(str("wrote ", out.string(), ": the ", config.model_name(), " of ", dir, " (step ", step,
-                ") ",
-                format == "onnx"
-                    ? str("as ONNX (torch.onnx.export, opset 13, batch dimension dynamic",
-                          gpt ? str("; int64 tokens [batch, ",
-                                    g_export.seq_len > 0 ? g_export.seq_len : gpt_context(config),
-                                    "] -> logits")
-                              : std::string(),
-                          "), checked with onnx.checker; no ONNX runtime is available here to "
-                          "run it")
-                    : str("as a TorchScript module in evaluation mode",
-                          gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
-                                "length up to model.seq_len free)"
-                              : "",
-                          "; load it with torch.jit.load")));
+  log::info(
+      str("wrote ", out.string(), ": the ", config.model().name, " of ", dir, " (step ", step, ") ",
+          format == "onnx"
+              ? str("as ONNX (torch.onnx.export, opset 13, batch dimension dynamic",
+                    gpt ? str("; int64 tokens [batch, ",
+                              opt.seq_len > 0 ? opt.seq_len : gpt_context(config), "] -> logits")
+                        : std::string(),
+                    "), checked with onnx.checker; no ONNX runtime is available here to "
+                    "run it")
+              : str("as a TorchScript module in evaluation mode",
+                    gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
+                          "length up to model.seq_len free)"
+                        : "",
+                    "; load it with torch.jit.load")));
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<ExportArgs>(
     "export", "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX",
-    [](CLI::App& app) {
-      g_app = &app;
-      app.add_option("checkpoint", g_export.checkpoint,
+    [](CLI::App& app, ExportArgs& opt) {
+      opt.app = &app;
+      app.add_option("checkpoint", opt.checkpoint,
                      "Checkpoint directory (step_<N>) or run directory (its latest checkpoint)")
           ->required();
-      app.add_option("--format", g_export.format,
+      app.add_option("--format", opt.format,
                      "pytorch (state_dict for torch.load), torchscript (torch.jit.load), onnx, "
                      "or safetensors (a folder; a gpt under GPT-2's names with config.json) "
                      "(default torchscript)")
           ->check(CLI::IsMember({"pytorch", "torchscript", "onnx", "safetensors"}));
-      app.add_option("--out", g_export.out, "File to write, e.g. model.pt (safetensors: a folder)")
+      app.add_option("--out", opt.out, "File to write, e.g. model.pt (safetensors: a folder)")
           ->required();
-      app.add_option("--seq-len", g_export.seq_len,
+      app.add_option("--seq-len", opt.seq_len,
                      "gpt, torchscript or onnx: tokens per sequence of the export, 1 to "
                      "model.seq_len (default model.seq_len; the ONNX input is [batch, this])");
     },

@@ -26,7 +26,6 @@ struct InspectCheckpointArgs {
   std::string path;
   bool verify = true;
 };
-InspectCheckpointArgs g_args;
 
 std::string shape_text(const nlohmann::json& shape) {
   std::string out = "(";
@@ -116,11 +115,11 @@ std::string describe(const std::string& dir, const nlohmann::json& m) {
   return out.str();
 }
 
-int run_inspect_checkpoint(CommandContext& ctx) {
+int run_inspect_checkpoint(CommandContext& ctx, const InspectCheckpointArgs& opt) {
   // Local work: rank 0 describes; other ranks (under mpirun) have nothing to do.
   if (ctx.runtime.world_rank() != 0) return 0;
-  std::string dir = g_args.path;
-  if (const auto run_dir = run_dir_of(g_args.path)) {
+  std::string dir = opt.path;
+  if (const auto run_dir = run_dir_of(opt.path)) {
     list_run(*run_dir, std::cout);
     const auto latest = checkpoint::read_latest(*run_dir);
     const auto all = checkpoint::list_checkpoints(*run_dir);
@@ -137,7 +136,7 @@ int run_inspect_checkpoint(CommandContext& ctx) {
   // What a resume would refuse in the trainer state (no files read): reported with or without
   // --no-verify, with the same words as `train --resume`.
   std::vector<std::string> problems = train::resume_state_problems(manifest, {});
-  if (g_args.verify) {
+  if (opt.verify) {
     const checkpoint::Verification v = checkpoint::verify(dir);
     if (!v.ok) throw CheckpointError(str(dir, " does not verify: ", v.reason));
     // The stored config is part of the checkpoint: `eval` rebuilds the model from it.
@@ -155,22 +154,22 @@ int run_inspect_checkpoint(CommandContext& ctx) {
                               ": the manifest was edited or damaged after it was written (its "
                               "checksum was recomputed)"));
   }
-  if (!g_args.verify) return 0;
+  if (!opt.verify) return 0;
   std::cout << "verified: every file has its recorded size and xxh3 checksum, every tensor its "
                "recorded shape\n"
             << std::flush;
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<InspectCheckpointArgs>(
     "inspect checkpoint",
     "Describe and verify a checkpoint: manifest, files, tensors and how they were sharded",
-    [](CLI::App& app) {
-      app.add_option("path", g_args.path,
+    [](CLI::App& app, InspectCheckpointArgs& opt) {
+      app.add_option("path", opt.path,
                      "A step_<N> checkpoint directory, or a run directory (lists its checkpoints "
                      "and describes the latest)")
           ->required();
-      app.add_flag("!--no-verify", g_args.verify, "Skip reading the files for their checksums");
+      app.add_flag("!--no-verify", opt.verify, "Skip reading the files for their checksums");
     },
     run_inspect_checkpoint, runtime::Runtime::Start::kLocal);
 

@@ -23,9 +23,6 @@ struct PrepareOptions {
   std::vector<std::string> inputs;
   double val_fraction = 0.1;
 };
-PrepareOptions g_prep;
-data::TokenPrepareOptions g_tokens;
-data::NumpyPrepareOptions g_numpy;
 
 std::string command_line(const std::string& name, const std::vector<std::string>& args) {
   std::string line = str("hpctrain ", HPCTRAIN_VERSION, ": hpctrain prepare ", name);
@@ -81,16 +78,15 @@ int run_on_every_rank(CommandContext& ctx,
   return 0;
 }
 
-int run_tokens(CommandContext& ctx) {
-  return run_on_every_rank(ctx, [](int rank, int ranks) {
-    std::vector<std::string> args(g_tokens.inputs);
-    args.insert(args.end(), {"--out", g_tokens.out_dir, "--vocab", str(g_tokens.vocab), "--format",
-                             g_tokens.format});
-    if (!g_tokens.dtype.empty()) args.insert(args.end(), {"--dtype", g_tokens.dtype});
-    if (g_tokens.shard_size > 0)
-      args.insert(args.end(), {"--shard-size", str(g_tokens.shard_size)});
-    args.insert(args.end(), {"--val-fraction", str(g_tokens.val_fraction)});
-    data::TokenPrepareOptions o = g_tokens;
+int run_tokens(CommandContext& ctx, const data::TokenPrepareOptions& opt) {
+  return run_on_every_rank(ctx, [&opt](int rank, int ranks) {
+    std::vector<std::string> args(opt.inputs);
+    args.insert(args.end(),
+                {"--out", opt.out_dir, "--vocab", str(opt.vocab), "--format", opt.format});
+    if (!opt.dtype.empty()) args.insert(args.end(), {"--dtype", opt.dtype});
+    if (opt.shard_size > 0) args.insert(args.end(), {"--shard-size", str(opt.shard_size)});
+    args.insert(args.end(), {"--val-fraction", str(opt.val_fraction)});
+    data::TokenPrepareOptions o = opt;
     o.created_by = command_line("tokens", args);
     o.rank = rank;
     o.ranks = ranks;
@@ -98,15 +94,14 @@ int run_tokens(CommandContext& ctx) {
   });
 }
 
-int run_numpy(CommandContext& ctx) {
-  return run_on_every_rank(ctx, [](int rank, int ranks) {
-    std::vector<std::string> args{"--inputs", g_numpy.inputs};
-    if (!g_numpy.labels.empty()) args.insert(args.end(), {"--labels", g_numpy.labels});
-    if (!g_numpy.targets.empty()) args.insert(args.end(), {"--targets", g_numpy.targets});
-    args.insert(args.end(),
-                {"--out", g_numpy.out_dir, "--val-fraction", str(g_numpy.val_fraction)});
-    if (g_numpy.shard_size > 0) args.insert(args.end(), {"--shard-size", str(g_numpy.shard_size)});
-    data::NumpyPrepareOptions o = g_numpy;
+int run_numpy(CommandContext& ctx, const data::NumpyPrepareOptions& opt) {
+  return run_on_every_rank(ctx, [&opt](int rank, int ranks) {
+    std::vector<std::string> args{"--inputs", opt.inputs};
+    if (!opt.labels.empty()) args.insert(args.end(), {"--labels", opt.labels});
+    if (!opt.targets.empty()) args.insert(args.end(), {"--targets", opt.targets});
+    args.insert(args.end(), {"--out", opt.out_dir, "--val-fraction", str(opt.val_fraction)});
+    if (opt.shard_size > 0) args.insert(args.end(), {"--shard-size", str(opt.shard_size)});
+    data::NumpyPrepareOptions o = opt;
     o.created_by = command_line("numpy", args);
     o.rank = rank;
     o.ranks = ranks;
@@ -114,87 +109,86 @@ int run_numpy(CommandContext& ctx) {
   });
 }
 
-int run_fashion_mnist(CommandContext& ctx) {
-  return run_on_rank0(ctx, [] {
-    const std::string from = g_prep.from.empty() ? data::find_fashion_mnist_dir() : g_prep.from;
+int run_fashion_mnist(CommandContext& ctx, const PrepareOptions& opt) {
+  return run_on_rank0(ctx, [&opt] {
+    const std::string from = opt.from.empty() ? data::find_fashion_mnist_dir() : opt.from;
     log::info(str("reading Fashion-MNIST IDX files from ", from));
     return data::prepare_fashion_mnist(
-        from, g_prep.out, command_line("fashion-mnist", {"--from", from, "--out", g_prep.out}));
+        from, opt.out, command_line("fashion-mnist", {"--from", from, "--out", opt.out}));
   });
 }
 
-int run_text(CommandContext& ctx) {
-  return run_on_rank0(ctx, [] {
+int run_text(CommandContext& ctx, const PrepareOptions& opt) {
+  return run_on_rank0(ctx, [&opt] {
     std::vector<std::string> args;
-    for (const auto& in : g_prep.inputs) args.insert(args.end(), {"--in", in});
-    args.insert(args.end(), {"--out", g_prep.out, "--val-fraction", str(g_prep.val_fraction)});
-    return data::prepare_text(g_prep.inputs, g_prep.out, g_prep.val_fraction,
-                              command_line("text", args));
+    for (const auto& in : opt.inputs) args.insert(args.end(), {"--in", in});
+    args.insert(args.end(), {"--out", opt.out, "--val-fraction", str(opt.val_fraction)});
+    return data::prepare_text(opt.inputs, opt.out, opt.val_fraction, command_line("text", args));
   });
 }
 
-CommandRegistration fashion_mnist(
+const CommandRegistration fashion_mnist = command<PrepareOptions>(
     "prepare fashion-mnist",
     "Convert Fashion-MNIST IDX files (Debian's dataset-fashion-mnist) to train.h5 and test.h5",
-    [](CLI::App& app) {
-      app.add_option("--out", g_prep.out, "Output directory")->required();
-      app.add_option("--from", g_prep.from,
+    [](CLI::App& app, PrepareOptions& opt) {
+      app.add_option("--out", opt.out, "Output directory")->required();
+      app.add_option("--from", opt.from,
                      "Directory with the IDX files (default: where dpkg -L "
                      "dataset-fashion-mnist puts them)");
     },
     run_fashion_mnist, runtime::Runtime::Start::kLocal);
 
-CommandRegistration text(
+const CommandRegistration text = command<PrepareOptions>(
     "prepare text",
     "Byte-level tokenization of UTF-8 text files into train.h5 and val.h5 token files",
-    [](CLI::App& app) {
-      app.add_option("--in", g_prep.inputs, "UTF-8 text files (repeat or list several)")
+    [](CLI::App& app, PrepareOptions& opt) {
+      app.add_option("--in", opt.inputs, "UTF-8 text files (repeat or list several)")
           ->required()
           ->expected(1, -1);
-      app.add_option("--out", g_prep.out, "Output directory")->required();
-      app.add_option("--val-fraction", g_prep.val_fraction,
+      app.add_option("--out", opt.out, "Output directory")->required();
+      app.add_option("--val-fraction", opt.val_fraction,
                      "Fraction of each file (its tail) that goes to val.h5")
           ->capture_default_str();
     },
     run_text, runtime::Runtime::Start::kLocal);
 
-CommandRegistration tokens(
+const CommandRegistration tokens = command<data::TokenPrepareOptions>(
     "prepare tokens",
     "Token files (llm.c .bin, .npy, raw uint16/uint32 arrays) to language-modelling files",
-    [](CLI::App& app) {
-      app.add_option("files", g_tokens.inputs, "Token files, concatenated in this order")
+    [](CLI::App& app, data::TokenPrepareOptions& opt) {
+      app.add_option("files", opt.inputs, "Token files, concatenated in this order")
           ->required()
           ->expected(1, -1);
-      app.add_option("--out", g_tokens.out_dir, "Output directory")->required();
-      app.add_option("--vocab", g_tokens.vocab, "Vocabulary size of the tokenizer (50257: GPT-2)")
+      app.add_option("--out", opt.out_dir, "Output directory")->required();
+      app.add_option("--vocab", opt.vocab, "Vocabulary size of the tokenizer (50257: GPT-2)")
           ->required();
-      app.add_option("--format", g_tokens.format,
+      app.add_option("--format", opt.format,
                      "auto (by content), npy, llmc (256-int32 header) or raw")
           ->check(CLI::IsMember({"auto", "npy", "llmc", "raw"}))
           ->capture_default_str();
-      app.add_option("--dtype", g_tokens.dtype, "Element type of raw files (default uint16)")
+      app.add_option("--dtype", opt.dtype, "Element type of raw files (default uint16)")
           ->check(CLI::IsMember({"uint16", "uint32", "int32"}));
-      app.add_option("--shard-size", g_tokens.shard_size,
+      app.add_option("--shard-size", opt.shard_size,
                      "Tokens per output file: train-00000.h5, ... (default: one train.h5)");
-      app.add_option("--val-fraction", g_tokens.val_fraction,
+      app.add_option("--val-fraction", opt.val_fraction,
                      "Fraction of each file (its tail) that goes to val.h5 (default 0: none)");
     },
     run_tokens, runtime::Runtime::Start::kLocal);
 
-CommandRegistration numpy(
+const CommandRegistration numpy = command<data::NumpyPrepareOptions>(
     "prepare numpy",
     "NumPy .npy arrays to classification (--labels) or regression (--targets) files",
-    [](CLI::App& app) {
-      app.add_option("--inputs", g_numpy.inputs, ".npy of (N, ...) uint8, float32 or float64")
+    [](CLI::App& app, data::NumpyPrepareOptions& opt) {
+      app.add_option("--inputs", opt.inputs, ".npy of (N, ...) uint8, float32 or float64")
           ->required();
-      app.add_option("--labels", g_numpy.labels, ".npy of (N,) integer class indices");
-      app.add_option("--targets", g_numpy.targets, ".npy of (N, ...) float32 or float64 targets");
-      app.add_option("--num-classes", g_numpy.num_classes,
+      app.add_option("--labels", opt.labels, ".npy of (N,) integer class indices");
+      app.add_option("--targets", opt.targets, ".npy of (N, ...) float32 or float64 targets");
+      app.add_option("--num-classes", opt.num_classes,
                      "Number of classes (default: the largest label + 1)");
-      app.add_option("--out", g_numpy.out_dir, "Output directory")->required();
-      app.add_option("--shard-size", g_numpy.shard_size,
+      app.add_option("--out", opt.out_dir, "Output directory")->required();
+      app.add_option("--shard-size", opt.shard_size,
                      "Samples per output file: train-00000.h5, ... (default: one train.h5)");
-      app.add_option("--val-fraction", g_numpy.val_fraction,
+      app.add_option("--val-fraction", opt.val_fraction,
                      "Fraction of the samples (the last ones) that goes to val.h5 (default 0)");
     },
     run_numpy, runtime::Runtime::Start::kLocal);

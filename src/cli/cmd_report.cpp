@@ -1,14 +1,14 @@
 // hpctrain report RUN_DIR [-o FILE]: the run's report page, one self-contained HTML file (see
-// include/hpctrain/train/report_page.hpp). Works on a run still in progress.
+// include/hpctrain/report/report_page.hpp). Works on a run still in progress.
 
 #include <fstream>
 #include <iostream>
 
 #include "command.hpp"
+#include "hpctrain/report/report_page.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "hpctrain/train/report_page.hpp"
 
 namespace hpctrain::cli {
 namespace {
@@ -17,12 +17,11 @@ struct ReportArgs {
   std::string run_dir;
   std::string out;
 };
-ReportArgs g_report;
 
-int run_report(CommandContext& ctx) {
+int run_report(CommandContext& ctx, const ReportArgs& opt) {
   if (ctx.runtime.world_rank() != 0) return 0;  // local work; other ranks have nothing to do
-  const std::string html = train::render_report_page(g_report.run_dir);
-  const std::string out = g_report.out.empty() ? g_report.run_dir + "/report.html" : g_report.out;
+  const std::string html = report::render_report_page(opt.run_dir);
+  const std::string out = opt.out.empty() ? opt.run_dir + "/report.html" : opt.out;
   const std::string temp = out + ".tmp";
   {
     std::ofstream file(temp, std::ios::trunc);
@@ -39,12 +38,12 @@ int run_report(CommandContext& ctx) {
   return 0;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<ReportArgs>(
     "report", "Write a run's report page: one self-contained HTML file",
-    [](CLI::App& app) {
-      app.add_option("run_dir", g_report.run_dir, "Run directory (run.dir of a training run)")
+    [](CLI::App& app, ReportArgs& opt) {
+      app.add_option("run_dir", opt.run_dir, "Run directory (run.dir of a training run)")
           ->required();
-      app.add_option("-o,--out", g_report.out, "Output file (default RUN_DIR/report.html)");
+      app.add_option("-o,--out", opt.out, "Output file (default RUN_DIR/report.html)");
     },
     run_report, runtime::Runtime::Start::kLocal);
 

@@ -32,7 +32,6 @@ struct TrainOptions {
   bool keep_global_batch = false;
   std::string outcome_file;  ///< --outcome-file (default run.dir/outcome.json)
 };
-TrainOptions g_train;
 
 // The global batch recorded in the checkpoint a resume would start from (0: none, or a checkpoint
 // without the field). Local; reads one manifest.json, no checksums (the trainer verifies later).
@@ -59,13 +58,13 @@ std::int64_t checkpoint_global_batch(const std::string& run_dir, const std::stri
 // checkpoint's global batch (data.batch_size x dp x optim.grad_accumulation) by changing the
 // accumulation, or else the per-rank batch, so the run continues with the same optimisation.
 // Collective over the world: rank 0 reads the manifest and broadcasts what it found.
-void keep_global_batch(CommandContext& ctx, Config& config, const std::string& default_dir,
-                       int tp) {
+void keep_global_batch(CommandContext& ctx, Config& config, const std::string& default_dir, int tp,
+                       const TrainOptions& opt) {
   // A deep copy: reading records defaults, which must stay out of the real config's tree.
   Config probe = Config::parse(config.dump(), config.origin());
   const train::TrainConfig cfg = train::TrainConfig::from(probe, default_dir);
   std::int64_t saved = 0;
-  if (ctx.runtime.world_rank() == 0) saved = checkpoint_global_batch(cfg.run.dir, g_train.resume);
+  if (ctx.runtime.world_rank() == 0) saved = checkpoint_global_batch(cfg.run.dir, opt.resume);
   // Only rank 0 read it (the others hold 0): the maximum is rank 0's value.
   saved = comm::ControlPlane(ctx.runtime.world(), "world").reduce(saved, comm::ReduceOp::kMax);
   if (saved <= 0) return;
@@ -93,20 +92,20 @@ void keep_global_batch(CommandContext& ctx, Config& config, const std::string& d
   }
 }
 
-int run_train(CommandContext& ctx) {
+int run_train(CommandContext& ctx, const TrainOptions& opt) {
   // Config, overrides and the grid shape are read and checked on every rank before any collective.
-  Config config = Config::load(g_train.config);
-  for (const auto& assignment : g_train.overrides) config.set(assignment);
+  Config config = Config::load(opt.config);
+  for (const auto& assignment : opt.overrides) config.set(assignment);
   const int tp = parallel::ParallelConfig::of(config).tp;
   runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
-  const std::string default_dir = "runs/" + std::filesystem::path(g_train.config).stem().string();
+  const std::string default_dir = "runs/" + std::filesystem::path(opt.config).stem().string();
   const bool rank0 = ctx.runtime.world_rank() == 0;
   // The outcome of this start only: the previous start's file goes (a job script reads it).
-  if (!g_train.outcome_file.empty()) runtime::set_outcome_file(g_train.outcome_file, rank0);
-  if (g_train.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp);
+  if (!opt.outcome_file.empty()) runtime::set_outcome_file(opt.outcome_file, rank0);
+  if (opt.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp, opt);
   Session session = make_session(ctx, tp);
-  train::Trainer trainer(config, default_dir, environment(ctx, session), g_train.resume);
-  if (g_train.outcome_file.empty())
+  train::Trainer trainer(config, default_dir, environment(ctx, session), opt.resume);
+  if (opt.outcome_file.empty())
     runtime::set_outcome_file(trainer.config().run.dir + "/outcome.json", rank0);
   train::TrainOutcome outcome = trainer.run();
   if (rank0) runtime::write_outcome(outcome.exit_code, outcome.reason, 0);
@@ -114,24 +113,24 @@ int run_train(CommandContext& ctx) {
   return outcome.exit_code;
 }
 
-CommandRegistration reg(
+const CommandRegistration reg = command<TrainOptions>(
     "train", "Train a model from a YAML config (data and tensor parallel)",
-    [](CLI::App& app) {
-      app.add_option("-c,--config", g_train.config,
+    [](CLI::App& app, TrainOptions& opt) {
+      app.add_option("-c,--config", opt.config,
                      "Run configuration (YAML), e.g. configs/fmnist-mlp.yaml")
           ->required()
           ->check(CLI::ExistingFile);
-      app.add_option("--set", g_train.overrides,
+      app.add_option("--set", opt.overrides,
                      "Override a config key: --set optim.lr=3e-4 (repeatable)");
-      app.add_option("--resume", g_train.resume,
+      app.add_option("--resume", opt.resume,
                      "auto (latest verified checkpoint of run.dir, if any), none, or a checkpoint "
                      "directory");
-      app.add_flag("--keep-global-batch", g_train.keep_global_batch,
+      app.add_flag("--keep-global-batch", opt.keep_global_batch,
                    "Resuming at another data-parallel size (e.g. after losing a node), keep the "
                    "checkpoint's global batch: set optim.grad_accumulation (or else "
                    "data.batch_size) to make up for the ranks gained or lost");
       app.add_option(
-          "--outcome-file", g_train.outcome_file,
+          "--outcome-file", opt.outcome_file,
           "Where to write how the job ended, one JSON line: exit_code, reason, step "
           "(default run.dir/outcome.json; a caller of mpirun reads the exit code there)");
     },

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,24 @@ struct CommandRegistration {
                       std::function<int(CommandContext&)> run,
                       runtime::Runtime::Start mpi = runtime::Runtime::Start::kMpi);
 };
+
+/// Registers command `path` whose options are one `Options` value held by the registry (no
+/// command keeps file-scope option globals): `add_options` binds its fields to the command's CLI11
+/// options, `run` receives it once the command line is parsed. Local (static initialisation):
+///   const CommandRegistration reg = command<TrainOptions>("train", "...", add, run);
+template <class Options>
+CommandRegistration command(std::string path, std::string description,
+                            std::function<void(CLI::App&, Options&)> add_options,
+                            std::function<int(CommandContext&, Options&)> run,
+                            runtime::Runtime::Start mpi = runtime::Runtime::Start::kMpi) {
+  auto options = std::make_shared<Options>();
+  return CommandRegistration(
+      std::move(path), std::move(description),
+      [options, add_options = std::move(add_options)](CLI::App& app) {
+        add_options(app, *options);
+      },
+      [options, run = std::move(run)](CommandContext& ctx) { return run(ctx, *options); }, mpi);
+}
 
 struct RegisteredCommand {
   std::vector<std::string> path;

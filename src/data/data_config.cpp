@@ -22,10 +22,7 @@ DataConfig DataConfig::from(ConfigSection& data) {
   }
   const std::string cache = data.get<std::string>("chunk_cache", "auto");
   if (cache != "auto") {
-    config.chunk_cache = parse_bytes(cache, data.full_key("chunk_cache"));
-    if (config.chunk_cache == 0) {
-      data.fail("chunk_cache", "must be 'auto' or a size such as 64M");
-    }
+    config.chunk_cache = parse_bytes(cache, data.full_key("chunk_cache"));  // positive
   }
   return config;
 }

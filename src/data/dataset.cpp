@@ -212,15 +212,6 @@ std::optional<double> number_attr(hid_t dataset, hid_t root, const char* name,
 
 }  // namespace detail
 
-const char* dataset_kind_name(DatasetKind kind) {
-  switch (kind) {
-    case DatasetKind::kLanguageModel: return "language_model";
-    case DatasetKind::kRegression: return "regression";
-    case DatasetKind::kClassification: break;
-  }
-  return "classification";
-}
-
 Batch Dataset::read_range(std::int64_t begin, std::int64_t end) {
   std::vector<std::int64_t> indices(
       static_cast<std::size_t>(std::max<std::int64_t>(0, end - begin)));

@@ -21,7 +21,7 @@ constexpr std::int64_t kChunkBytes = 128 * 1024;
 // Creates `path` under a temporary name, lets `fill` write its content, then fsyncs and renames
 // it into place, so a crash never leaves a half-written file under the final name.
 template <typename Fill>
-void write_atomically(const std::string& path, const char* kind, const Provenance& provenance,
+void write_atomically(const std::string& path, Task kind, const Provenance& provenance,
                       Fill&& fill) {
   auto hold = lock_hdf5();
   h5::silence_errors();
@@ -33,7 +33,7 @@ void write_atomically(const std::string& path, const char* kind, const Provenanc
                                   str(where, " (creating ", temp, ")")),
                       H5Fclose);
       h5::write_attr(file.get(), "schema_version", detail::kSchemaVersion, where);
-      h5::write_attr(file.get(), "kind", std::string(kind), where);
+      h5::write_attr(file.get(), "kind", std::string(task_name(kind)), where);
       h5::write_attr(file.get(), "source", provenance.source, where);
       h5::write_attr(file.get(), "created_by", provenance.created_by, where);
       h5::write_attr(file.get(), "created_at", utc_timestamp(), where);
@@ -88,14 +88,15 @@ void write_tokens(const std::string& path, const std::vector<Token>& tokens,
                           " is outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
-  write_atomically(path, "language_model", provenance, [&](hid_t file, const std::string& where) {
-    const std::int64_t per_chunk = kChunkBytes / static_cast<std::int64_t>(sizeof(Token));
-    write_dataset(file, "tokens", file_type, mem_type, {static_cast<std::int64_t>(tokens.size())},
-                  per_chunk, tokens.data(), where);
-    h5::Handle dataset(HPCTRAIN_H5(H5Dopen2(file, "tokens", H5P_DEFAULT), where), H5Dclose);
-    h5::write_attr(dataset.get(), "vocab_size", vocab_size, where);
-    h5::write_attr(dataset.get(), "tokenizer", tokenizer, where);
-  });
+  write_atomically(
+      path, Task::kLanguageModel, provenance, [&](hid_t file, const std::string& where) {
+        const std::int64_t per_chunk = kChunkBytes / static_cast<std::int64_t>(sizeof(Token));
+        write_dataset(file, "tokens", file_type, mem_type,
+                      {static_cast<std::int64_t>(tokens.size())}, per_chunk, tokens.data(), where);
+        h5::Handle dataset(HPCTRAIN_H5(H5Dopen2(file, "tokens", H5P_DEFAULT), where), H5Dclose);
+        h5::write_attr(dataset.get(), "vocab_size", vocab_size, where);
+        h5::write_attr(dataset.get(), "tokenizer", tokenizer, where);
+      });
 }
 
 }  // namespace
@@ -131,7 +132,7 @@ void write_classification_file(const std::string& path, const torch::Tensor& inp
   const bool uint8 = inputs.scalar_type() == torch::kByte;
   const std::vector<std::int64_t> dims(inputs.sizes().begin(), inputs.sizes().end());
   const std::int64_t sample_bytes = inputs[0].numel() * (uint8 ? 1 : 4);
-  write_atomically(path, "classification", provenance, [&](hid_t file, const std::string& w) {
+  write_atomically(path, Task::kClassification, provenance, [&](hid_t file, const std::string& w) {
     write_dataset(file, "inputs", uint8 ? H5T_STD_U8LE : H5T_IEEE_F32LE,
                   uint8 ? H5T_NATIVE_UINT8 : H5T_NATIVE_FLOAT, dims,
                   samples_per_chunk(sample_bytes), input_data.data_ptr(), w);
@@ -157,7 +158,7 @@ void write_regression_file(const std::string& path, const torch::Tensor& inputs,
   auto y = targets.contiguous();
   const std::vector<std::int64_t> xd(x.sizes().begin(), x.sizes().end());
   const std::vector<std::int64_t> yd(y.sizes().begin(), y.sizes().end());
-  write_atomically(path, "regression", provenance, [&](hid_t file, const std::string& w) {
+  write_atomically(path, Task::kRegression, provenance, [&](hid_t file, const std::string& w) {
     write_dataset(file, "inputs", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, xd,
                   samples_per_chunk(std::max<std::int64_t>(x[0].numel(), 1) * 4), x.data_ptr(), w);
     write_dataset(file, "targets", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, yd,

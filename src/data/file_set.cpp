@@ -232,7 +232,7 @@ DatasetInfo info_from_json(const nlohmann::json& j, const std::string& path) {
 // Names the first field in which `b` differs from `a` (empty when they agree).
 std::string first_difference(const DatasetInfo& a, const DatasetInfo& b) {
   if (a.kind != b.kind) {
-    return str("kind (", dataset_kind_name(a.kind), " against ", dataset_kind_name(b.kind), ")");
+    return str("kind (", task_name(a.kind), " against ", task_name(b.kind), ")");
   }
   if (a.sample_shape != b.sample_shape) {
     return str("sample shape (", h5::shape_string(a.sample_shape), " against ",

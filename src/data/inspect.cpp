@@ -107,7 +107,7 @@ std::string describe_data_file(const std::string& path, const InspectOptions& op
 
   std::ostringstream out;
   out << "file      " << path << " (" << format_bytes(static_cast<double>(st.st_size)) << ")\n";
-  out << "kind      " << dataset_kind_name(info.kind) << "\n";
+  out << "kind      " << task_name(info.kind) << "\n";
   out << "attributes\n";
   for (const auto& [key, value] : h5::describe_attrs(file.get(), label)) {
     out << "  " << std::left << std::setw(15) << key << " " << value << "\n";

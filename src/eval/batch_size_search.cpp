@@ -48,8 +48,8 @@ bool is_out_of_memory(const std::exception& e) {
 
 // One forward pass and loss of `inputs` (inference mode, optional bf16 autocast).
 void run_batch(model::Model& model, const torch::Tensor& inputs, const torch::Tensor& targets,
-               bool bf16) {
-  compat::AutocastScope autocast(bf16, inputs.device());
+               Precision precision) {
+  compat::AutocastScope autocast(precision == Precision::kBf16, inputs.device());
   auto outputs = model.forward(inputs);
   autocast.end();
   model.loss(outputs, targets).resolve();  // reads the sums: waits for the device
@@ -99,11 +99,11 @@ BatchSearchResult search_batch_size(model::Model& model, data::Dataset& dataset,
       auto inputs = data.inputs.to(device);
       auto targets = data.targets.to(device);
       input_bytes = static_cast<std::uint64_t>(inputs.nbytes());
-      run_batch(model, inputs, targets, options.bf16);  // warm-up: first touch of new buffers
+      run_batch(model, inputs, targets, options.precision);  // warm-up: first touch of new buffers
       int timed = 0;
       const auto start = Clock::now();
       while (timed < 2 || seconds_since(start) < options.seconds_per_size) {
-        run_batch(model, inputs, targets, options.bf16);
+        run_batch(model, inputs, targets, options.precision);
         ++timed;
       }
       seconds = seconds_since(start) / timed;

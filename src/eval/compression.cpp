@@ -182,7 +182,7 @@ CompressedModel compress_model(model::Model& model, const CompressionSpec& spec)
   if (!engine.empty()) {
     out.report["engine"] = engine;
     out.report["convolutions"] = "float32 (only linear layers are quantized)";
-    if (model.task() == "language_model") {
+    if (model.task() == Task::kLanguageModel) {
       out.report["kept_float32"] =
           "token and position embeddings (and the output head when it is tied to the token "
           "embedding), LayerNorms";
@@ -272,15 +272,15 @@ nlohmann::ordered_json compare_with_float32(const EvalResult& r, const EvalResul
                                             double max_drop, std::string& warning) {
   nlohmann::ordered_json j{
       {"loss", base.loss}, {"accuracy", base.accuracy}, {"samples_per_s", base.samples_per_second}};
-  if (base.task == "language_model") j["perplexity"] = base.perplexity;
+  if (base.task == Task::kLanguageModel) j["perplexity"] = base.perplexity;
   nlohmann::ordered_json drop{
       {"accuracy", base.accuracy - r.accuracy},
       {"loss", r.loss - base.loss},
       {"loss_relative", base.loss != 0 ? (r.loss - base.loss) / base.loss : 0.0}};
-  if (base.task == "language_model") drop["perplexity"] = r.perplexity - base.perplexity;
+  if (base.task == Task::kLanguageModel) drop["perplexity"] = r.perplexity - base.perplexity;
   j["drop"] = drop;
   j["speedup"] = base.samples_per_second > 0 ? r.samples_per_second / base.samples_per_second : 0;
-  const bool classification = base.task == "classification";
+  const bool classification = base.task == Task::kClassification;
   const double d =
       classification ? drop["accuracy"].get<double>() : drop["loss_relative"].get<double>();
   if (d > max_drop) {

@@ -24,8 +24,8 @@ bool higher_is_better(Metric metric) {
   return metric == Metric::kAccuracy;
 }
 
-Metric default_metric(const std::string& task) {
-  return task == "classification" ? Metric::kAccuracy : Metric::kLoss;
+Metric default_metric(Task task) {
+  return task == Task::kClassification ? Metric::kAccuracy : Metric::kLoss;
 }
 
 EvalConfig EvalConfig::from(ConfigSection& s) {

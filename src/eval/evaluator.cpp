@@ -10,6 +10,7 @@
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/prefetcher.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/autocast_dtype.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -76,10 +77,11 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
       auto targets = batch.targets.to(device);
       model::LossOutput out;
       {
-        compat::AutocastScope autocast(options.bf16                       ? at::kBFloat16
-                                       : options.fp16 && device.is_cuda() ? at::kHalf
-                                                                          : at::kFloat,
-                                       device);
+        compat::AutocastScope autocast(
+            options.precision == Precision::kFp16 && !device.is_cuda()
+                ? at::kFloat  // LibTorch's CPU autocast has bfloat16 only
+                : autocast_dtype(options.precision),
+            device);
         auto outputs = model.forward(inputs);
         autocast.end();
         out = model.loss(outputs, targets);
@@ -117,7 +119,7 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
   result.count = static_cast<std::int64_t>(count);
   result.loss = count > 0 ? loss_sum / count : 0;
   result.accuracy = count > 0 ? correct / count : 0;
-  result.perplexity = result.task == "language_model" ? std::exp(result.loss) : 0;
+  result.perplexity = result.task == Task::kLanguageModel ? std::exp(result.loss) : 0;
   result.mae = count > 0 ? abs_error / count : 0;
   std::vector<double> seconds{
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
@@ -131,10 +133,10 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
 
 std::string metrics_text(const EvalResult& r) {
   char text[192];
-  if (r.task == "language_model") {
+  if (r.task == Task::kLanguageModel) {
     std::snprintf(text, sizeof text, "loss %.6f, perplexity %.4f, token accuracy %.4f", r.loss,
                   r.perplexity, r.accuracy);
-  } else if (r.task == "regression") {
+  } else if (r.task == Task::kRegression) {
     std::snprintf(text, sizeof text, "mse %.6g, mae %.6g", r.loss, r.mae);
   } else {
     std::snprintf(text, sizeof text, "loss %.6f accuracy %.4f", r.loss, r.accuracy);
@@ -144,7 +146,7 @@ std::string metrics_text(const EvalResult& r) {
 
 std::string metrics_text(const nlohmann::json& record) {
   EvalResult r;
-  r.task = record.value("task", std::string("classification"));
+  r.task = task_from_name(record.value("task", std::string())).value_or(Task::kClassification);
   r.loss = record.value("loss", 0.0);
   r.accuracy = record.value("accuracy", 0.0);
   r.perplexity = record.value("perplexity", 0.0);
@@ -153,13 +155,13 @@ std::string metrics_text(const nlohmann::json& record) {
 }
 
 void add_result_fields(nlohmann::ordered_json& j, const EvalResult& r) {
-  j["task"] = r.task;
+  j["task"] = task_name(r.task);
   j["samples"] = r.samples;
   j["count"] = r.count;
   j["loss"] = r.loss;
   j["accuracy"] = r.accuracy;
-  if (r.task == "language_model") j["perplexity"] = r.perplexity;
-  if (r.task == "regression") {
+  if (r.task == Task::kLanguageModel) j["perplexity"] = r.perplexity;
+  if (r.task == Task::kRegression) {
     j["mse"] = r.loss;
     j["mae"] = r.mae;
   }
@@ -170,15 +172,15 @@ void add_result_fields(nlohmann::ordered_json& j, const EvalResult& r) {
 }
 
 void to_json(nlohmann::json& j, const EvalResult& r) {
-  j = nlohmann::json{{"task", r.task},
+  j = nlohmann::json{{"task", task_name(r.task)},
                      {"samples", r.samples},
                      {"count", r.count},
                      {"loss", r.loss},
                      {"accuracy", r.accuracy},
                      {"eval_seconds", r.seconds},
                      {"samples_per_s", r.samples_per_second}};
-  if (r.task == "language_model") j["perplexity"] = r.perplexity;
-  if (r.task == "regression") {
+  if (r.task == Task::kLanguageModel) j["perplexity"] = r.perplexity;
+  if (r.task == Task::kRegression) {
     j["mse"] = r.loss;
     j["mae"] = r.mae;
   }

@@ -23,15 +23,15 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
   const bool training = advice == FitAdvice::kTraining;
   const char* whose = training ? "the model" : "the checkpoint's model";
   const auto& info = dataset.info();
-  const std::string task = data::dataset_kind_name(info.kind);
+  const Task task = info.kind;
   if (task != model.task()) {
-    throw DataError(str(key, " = ", info.path, " holds ", task, " data, but ", whose, " is a ",
-                        model.task(), " model: ",
+    throw DataError(str(key, " = ", info.path, " holds ", task_name(task), " data, but ", whose,
+                        " is a ", task_name(model.task()), " model: ",
                         training ? str("point ", key, " at a matching file")
-                                 : str("evaluate it on a ", model.task(), " file")));
+                                 : str("evaluate it on a ", task_name(model.task()), " file")));
   }
   if (info.num_samples < 1) throw DataError(str(key, " = ", info.path, " holds no samples"));
-  if (task == "language_model" && vocab_size > 0 && info.vocab_size > vocab_size) {
+  if (task == Task::kLanguageModel && vocab_size > 0 && info.vocab_size > vocab_size) {
     throw DataError(training ? str(info.path, " has a vocabulary of ", info.vocab_size,
                                    " tokens but model.vocab_size = ", vocab_size,
                                    ": set model.vocab_size >= ", info.vocab_size)
@@ -43,7 +43,7 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
   const auto device = model.parameters().front().device();
   // User models (TorchScript) check the shapes of their outputs; built-in models do nothing.
   model.check_batch(one.inputs.to(device), one.targets.to(device),
-                    task == "language_model" ? info.vocab_size : info.num_classes, key);
+                    task == Task::kLanguageModel ? info.vocab_size : info.num_classes, key);
   // One sample through the forward pass (every rank of a tp group alike: tensor-parallel layers
   // communicate inside it), in evaluation mode: the trial neither draws dropout randomness nor
   // updates batch statistics.
@@ -64,7 +64,7 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
                                    "model.input_shape)"
                                  : "evaluate it on data shaped like its training data"));
   }
-  if (task == "classification" && info.num_classes > outputs.size(-1)) {
+  if (task == Task::kClassification && info.num_classes > outputs.size(-1)) {
     throw DataError(str(key, " = ", info.path, " has ", info.num_classes, " classes but ", whose,
                         " outputs ", outputs.size(-1),
                         training ? str(": set model.num_classes = ", info.num_classes) : ""));

@@ -9,7 +9,7 @@
 #include <set>
 #include <thread>
 
-#include "checkpoint_plan.hpp"
+#include "checkpoint_triage.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/comm/control_plane.hpp"
@@ -36,7 +36,7 @@ namespace hpctrain::eval {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using detail::CheckpointPlan;
+using detail::CheckpointDecision;
 
 namespace {
 
@@ -61,7 +61,7 @@ struct OfflineEvaluator::Impl {
   comm::Environment env;
   OfflineOptions options;
   std::unique_ptr<comm::ControlPlane> decisions;  // rank 0's decisions travel here
-  detail::Planner planner;
+  detail::CheckpointTriage triage;
   torch::Device device{torch::kCPU};
   std::map<std::string, std::unique_ptr<checkpoint::CheckpointManager>> managers;  // by run dir
   std::map<std::string, std::unique_ptr<data::Dataset>> datasets;                  // by path
@@ -72,23 +72,24 @@ struct OfflineEvaluator::Impl {
   std::string last_store;
 
   Impl(comm::Environment e, OfflineOptions o)
-      : env(std::move(e)), options(std::move(o)), planner(options) {}
+      : env(std::move(e)), options(std::move(o)), triage(options) {}
   bool is_rank0() const { return env.runtime.world_rank() == 0; }
   std::string decide(const std::string& text) { return decisions->broadcast_idle(text); }
   ResultStore store_for(const std::string& run_dir) const {
     return ResultStore(options.results_dir.empty() ? run_dir + "/eval" : options.results_dir);
   }
   checkpoint::CheckpointManager& manager(const std::string& run_dir);
-  data::Dataset& dataset(const CheckpointPlan& plan, const RunConfig& config);
+  data::Dataset& dataset(const CheckpointDecision& decision, const RunConfig& config);
   model::Model& model_for(RunConfig& config);
-  std::int64_t batch_size(const CheckpointPlan& plan, model::Model& model, data::Dataset& data,
-                          const std::string& model_text, nlohmann::ordered_json& record);
+  std::int64_t batch_size(const CheckpointDecision& decision, model::Model& model,
+                          data::Dataset& data, const std::string& model_text,
+                          nlohmann::ordered_json& record);
   Outcome run_one(const std::string& run_dir, const std::string& dir, bool strict);
   /// Rank 0: a run trained with logging.tensorboard (it has RUN_DIR/tensorboard) gets the result
   /// as "offline_eval[/<tag>]/<field>" scalars at the checkpoint's step. Local.
   void tensorboard(const std::string& run_dir, const EvalKey& key, const EvalResult& result);
   std::map<std::string, std::unique_ptr<runtime::TensorBoardWriter>> tensorboards;  // by run dir
-  nlohmann::ordered_json record_of(const CheckpointPlan& plan, const EvalResult& result,
+  nlohmann::ordered_json record_of(const CheckpointDecision& decision, const EvalResult& result,
                                    std::int64_t batch, const std::string& metric);
   int evaluate_dirs(const std::string& run_dir, const std::vector<std::string>& dirs,
                     int& evaluated, int& done, std::vector<std::string>& bad);
@@ -104,14 +105,14 @@ checkpoint::CheckpointManager& OfflineEvaluator::Impl::manager(const std::string
   return *m;
 }
 
-data::Dataset& OfflineEvaluator::Impl::dataset(const CheckpointPlan& plan,
+data::Dataset& OfflineEvaluator::Impl::dataset(const CheckpointDecision& decision,
                                                const RunConfig& config) {
-  auto& d = datasets[plan.data_path];
+  auto& d = datasets[decision.data_path];
   if (!d) {
     data::DatasetExpectation expect;
-    expect.seq_len = config.seq_len();
-    expect.config_key = plan.data_key;
-    d = data::Dataset::open(plan.data_path, expect, config.data().read_options());
+    expect.seq_len = config.model().seq_len;
+    expect.config_key = decision.data_key;
+    d = data::Dataset::open(decision.data_path, expect, config.data().read_options());
   }
   return *d;
 }
@@ -130,20 +131,21 @@ model::Model& OfflineEvaluator::Impl::model_for(RunConfig& config) {
   return *m;
 }
 
-std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointPlan& plan, model::Model& model,
-                                                data::Dataset& data, const std::string& model_text,
+std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointDecision& decision,
+                                                model::Model& model, data::Dataset& data,
+                                                const std::string& model_text,
                                                 nlohmann::ordered_json& record) {
-  if (plan.key.batch_size != "auto") return std::stoll(plan.key.batch_size);
-  const std::string cache_key =
-      str(model_text, "|", plan.data_path, "|", plan.key.precision, "|", plan.key.max_samples);
+  if (decision.key.batch_size != "auto") return std::stoll(decision.key.batch_size);
+  const std::string cache_key = str(model_text, "|", decision.data_path, "|",
+                                    decision.key.precision, "|", decision.key.max_samples);
   auto it = searches.find(cache_key);
   if (it == searches.end()) {
     BatchSearchOptions o;
     const std::int64_t n = data.info().num_samples;
-    o.samples = plan.key.max_samples > 0 ? std::min(n, plan.key.max_samples) : n;
+    o.samples = decision.key.max_samples > 0 ? std::min(n, decision.key.max_samples) : n;
     o.memory_budget = options.memory_budget > 0 ? options.memory_budget
                                                 : default_memory_budget(env.runtime.local_size());
-    o.bf16 = plan.key.precision == "bf16";
+    o.precision = decision.precision;
     log::info(str("--batch-size auto: trying powers of two on ", env.grid.describe(),
                   o.memory_budget > 0 && !device.is_cuda()
                       ? str(", memory budget ", format_bytes(static_cast<double>(o.memory_budget)),
@@ -165,28 +167,28 @@ std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointPlan& plan, mode
   return it->second.chosen;
 }
 
-nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointPlan& plan,
+nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointDecision& decision,
                                                          const EvalResult& r, std::int64_t batch,
                                                          const std::string& metric) {
   const auto& grid = env.grid;
-  nlohmann::ordered_json j{{"checkpoint", absolute(plan.dir)},
-                           {"step", plan.step},
-                           {"epoch", plan.epoch},
-                           {"split", plan.key.split},
-                           {"data", absolute(plan.data_path)},
-                           {"data_xxh3", plan.key.data_xxh3},
-                           {"data_bytes", plan.data_bytes},
+  nlohmann::ordered_json j{{"checkpoint", absolute(decision.dir)},
+                           {"step", decision.step},
+                           {"epoch", decision.epoch},
+                           {"split", decision.key.split},
+                           {"data", absolute(decision.data_path)},
+                           {"data_xxh3", decision.key.data_xxh3},
+                           {"data_bytes", decision.data_bytes},
                            {"world_size", grid.world_size()},
                            {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
                            {"device", env.device.device},
                            {"threads", env.device.threads},
                            {"batch_size", batch},
-                           {"batch_size_requested", plan.key.batch_size},
-                           {"max_samples", plan.key.max_samples},
-                           {"precision", plan.key.precision}};
+                           {"batch_size_requested", decision.key.batch_size},
+                           {"max_samples", decision.key.max_samples},
+                           {"precision", decision.key.precision}};
   add_result_fields(j, r);
   j["metric"] = metric;
-  j["config"] = absolute(plan.config_origin);
+  j["config"] = absolute(decision.config_origin);
   j["hpctrain_version"] = HPCTRAIN_VERSION;
   j["created_at"] = utc_timestamp();
   return j;
@@ -219,44 +221,46 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   ResultStore store = store_for(run_dir);
   std::string text;
   if (is_rank0()) {
-    text = planner.plan(run_dir, dir, store)
+    text = triage.decide(run_dir, dir, store)
                .to_json()
                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
-  const CheckpointPlan plan = CheckpointPlan::from_json(nlohmann::json::parse(decide(text)));
+  const CheckpointDecision decision =
+      CheckpointDecision::from_json(nlohmann::json::parse(decide(text)));
   // Decided on rank 0 and broadcast: every rank raises it, world rank 0 prints it (one message).
-  if (plan.status == "error") throw AgreedError(plan.message, plan.code);
-  if (plan.status == "gone" || plan.status == "bad") {
-    if (strict) throw AgreedCheckpointError(plan.message);
-    if (plan.status == "gone") {
+  if (decision.verdict == detail::Verdict::kError)
+    throw AgreedError(decision.message, decision.code);
+  if (decision.verdict == detail::Verdict::kGone || decision.verdict == detail::Verdict::kBad) {
+    if (strict) throw AgreedCheckpointError(decision.message);
+    if (decision.verdict == detail::Verdict::kGone) {
       log::warn(str("skipped ", dir,
                     ": it was deleted (checkpoint retention) before it could be "
                     "evaluated"));
       return Outcome::kGone;
     }
-    log::warn(str("skipped: ", plan.message));
+    log::warn(str("skipped: ", decision.message));
     return Outcome::kBad;
   }
-  last_key = plan.key;
+  last_key = decision.key;
   last_store = store.dir();
-  if (plan.status == "done") {
-    log::info(str("step ", plan.step, ": already evaluated (", plan.result_file, ")"));
+  if (decision.verdict == detail::Verdict::kDone) {
+    log::info(str("step ", decision.step, ": already evaluated (", decision.result_file, ")"));
     return Outcome::kDone;
   }
 
   // Every rank: the same config text, so the same model, data and errors everywhere; an error
   // is agreed on and printed once (comm/startup_agreement.hpp).
-  const bool compressed_checkpoint = !plan.compression.is_null();
+  const bool compressed_checkpoint = !decision.compression.is_null();
   const bool compress_now = options.compression.any();
   std::optional<RunConfig> stored;
   data::Dataset* data_file = nullptr;
   model::Model* built = nullptr;
   comm::StartupAgreement(*env.control.world).run([&] {
-    stored.emplace(plan.config_text, plan.config_origin);
-    data_file = &dataset(plan, *stored);
+    stored.emplace(decision.config_text, decision.config_origin);
+    data_file = &dataset(decision, *stored);
     built = &model_for(*stored);
     built->clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
-    check_data_fits_model(*built, *data_file, plan.data_key, stored->vocab_size());
+    check_data_fits_model(*built, *data_file, decision.data_key, stored->model().vocab_size);
     if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
       throw ConfigError(
           str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
@@ -267,7 +271,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   data::Dataset& data = *data_file;
   model::Model& model = *built;
   std::map<std::string, model::Int8Weight> int8;
-  auto records = compressed_checkpoint ? compressed_records(model, plan.compression, int8)
+  auto records = compressed_checkpoint ? compressed_records(model, decision.compression, int8)
                                        : model_records(model);
   try {
     manager(run_dir).load(dir, records);
@@ -286,10 +290,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   const std::string metric = metric_name(config.eval().metric_for(model.task()));
   nlohmann::ordered_json extra;
   EvalOptions eval_options;
-  eval_options.batch_size = batch_size(plan, model, data, config.model_text(), extra);
-  eval_options.max_samples = plan.key.max_samples;
-  eval_options.bf16 = plan.key.precision == "bf16";
-  eval_options.fp16 = plan.key.precision == "fp16";  // CUDA only: float32 on CPU
+  eval_options.batch_size = batch_size(decision, model, data, config.model_text(), extra);
+  eval_options.max_samples = decision.key.max_samples;
+  eval_options.precision = decision.precision;  // fp16: CUDA only, float32 on CPU
   if (config.tf32()) compat::set_tf32({*config.tf32(), *config.tf32()});
   eval_options.prefetch = options.prefetch;
   // Compressed evaluation: the float32 model first (the source checkpoint, or this one before
@@ -297,14 +300,14 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   std::optional<EvalResult> baseline;
   nlohmann::ordered_json compression;
   if (compressed_checkpoint) {
-    compression = plan.compression;
-    if (!plan.baseline_dir.empty()) {
+    compression = decision.compression;
+    if (!decision.baseline_dir.empty()) {
       auto float_records = model_records(model);
-      manager(run_dir).load(plan.baseline_dir, float_records);
+      manager(run_dir).load(decision.baseline_dir, float_records);
       baseline = evaluate(model, data, *env.control.dp, eval_options);
       manager(run_dir).load(dir, records);
     } else {
-      log::warn(str(dir, ": ", plan.baseline_note));
+      log::warn(str(dir, ": ", decision.baseline_note));
     }
     install_int8(model, int8);
   } else if (compress_now) {
@@ -321,48 +324,48 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   }
   const EvalResult result = evaluate(model, data, *env.control.dp, eval_options);
   if (!options.save_outputs.empty()) save_outputs(options.save_outputs, outputs);
-  nlohmann::ordered_json record = record_of(plan, result, eval_options.batch_size, metric);
+  nlohmann::ordered_json record = record_of(decision, result, eval_options.batch_size, metric);
   std::string compression_warning;
   if (compressed_checkpoint || compress_now) {
     if (baseline) {
       compression["float32"] =
           compare_with_float32(result, *baseline, options.max_drop, compression_warning);
-      compression["float32"]["checkpoint"] = absolute(plan.baseline_dir);
+      compression["float32"]["checkpoint"] = absolute(decision.baseline_dir);
     }
     record["compression"] = compression;
   }
-  if (eval_options.bf16 && options.compare_fp32) {
+  if (eval_options.precision == Precision::kBf16 && options.compare_fp32) {
     EvalOptions fp32 = eval_options;
-    fp32.bf16 = false;
+    fp32.precision = Precision::kFp32;
     const EvalResult ref = evaluate(model, data, *env.control.dp, fp32);
     nlohmann::ordered_json cmp{{"fp32_loss", ref.loss},
                                {"fp32_accuracy", ref.accuracy},
                                {"loss_diff", result.loss - ref.loss},
                                {"accuracy_diff", result.accuracy - ref.accuracy}};
-    if (ref.task == "language_model") {
+    if (ref.task == Task::kLanguageModel) {
       cmp["fp32_perplexity"] = ref.perplexity;
       cmp["perplexity_diff"] = result.perplexity - ref.perplexity;
     }
     cmp["fp32_samples_per_s"] = ref.samples_per_second;
     record["bf16_vs_fp32"] = cmp;
   }
-  record["cost"] = detail::cost_record(plan.training_cost, model.forward_flops_per_sample(),
-                                       plan.consumed_samples, result.seconds, env.grid.world_size(),
-                                       result.samples);
+  record["cost"] = detail::cost_record(decision.training_cost, model.forward_flops_per_sample(),
+                                       decision.consumed_samples, result.seconds,
+                                       env.grid.world_size(), result.samples);
   for (auto& [k, v] : extra.items()) record[k] = v;
-  record["key"] = plan.key.to_json();
+  record["key"] = decision.key.to_json();
 
   nlohmann::json problem;  // null: the result was written
   if (is_rank0()) {
     try {
       const nlohmann::json best =
-          store.write(plan.key, record, metric, EvalResult::higher_is_better(metric));
+          store.write(decision.key, record, metric, EvalResult::higher_is_better(metric));
       session.push_back(record);
-      log::info(detail::result_line(record, store.step_file(plan.key), best));
+      log::info(detail::result_line(record, store.step_file(decision.key), best));
       log::info(detail::cost_line(record.at("cost")));
       if (record.contains("compression")) log::info(compression_line(record.at("compression")));
       if (!compression_warning.empty()) log::warn(compression_warning);
-      tensorboard(run_dir, plan.key, result);
+      tensorboard(run_dir, decision.key, result);
     } catch (const Error& e) {
       // Its exit code travels with it: a FIFO in the results directory is exit 2, like the
       // other files in the way.
@@ -392,9 +395,9 @@ void OfflineEvaluator::Impl::tensorboard(const std::string& run_dir, const EvalK
       {prefix + "loss", result.loss},
       {prefix + "accuracy", result.accuracy},
       {prefix + "samples_per_s", result.samples_per_second}};
-  if (result.task == "language_model")
+  if (result.task == Task::kLanguageModel)
     values.emplace_back(prefix + "perplexity", result.perplexity);
-  if (result.task == "regression") values.emplace_back(prefix + "mae", result.mae);
+  if (result.task == Task::kRegression) values.emplace_back(prefix + "mae", result.mae);
   writer->add_scalars(key.step, values);
 }
 

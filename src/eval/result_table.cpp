@@ -9,7 +9,7 @@ namespace hpctrain::eval::detail {
 namespace {
 
 bool is_lm(const nlohmann::json& r) {
-  return r.value("task", std::string()) == "language_model";
+  return task_from_name(r.value("task", std::string())) == Task::kLanguageModel;
 }
 
 }  // namespace

@@ -22,17 +22,14 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
   auto eval = config_.section("eval");
   eval_ = EvalConfig::from(eval);
   auto run = config_.section("run");
-  precision_ = run.get<std::string>("precision", precision_);
-  if (run.has("tf32")) tf32_ = run.get<bool>("tf32", false);
+  precision_ = PrecisionConfig::from(run);
   {
     YAML::Emitter out;
     out << YAML::Flow << config_.root()["model"];
     model_text_ = out.c_str();
   }
   auto model = config_.section("model");
-  model_name_ = model.get<std::string>("name", "mlp");
-  seq_len_ = model.get<std::int64_t>("seq_len", 0);
-  vocab_size_ = model.get<std::int64_t>("vocab_size", 0);
+  model_ = model::ModelSpec::from(model);
 }
 
 std::string RunConfig::read_text(const std::string& checkpoint_dir, const std::string& run_dir,

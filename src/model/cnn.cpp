@@ -1,5 +1,6 @@
 #include "hpctrain/model/cnn.hpp"
 
+#include "hpctrain/model/model_spec.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -40,7 +41,8 @@ torch::Tensor Cnn::forward(const torch::Tensor& inputs) {
 }
 
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx) {
-  auto input_shape = section.get<std::vector<std::int64_t>>("input_shape", {1, 28, 28});
+  auto input_shape =
+      section.get<std::vector<std::int64_t>>("input_shape", ModelSpec::cnn_input_shape());
   auto channels = section.get<std::vector<std::int64_t>>("channels", {32, 64});
   auto kernel = section.get<std::int64_t>("kernel", 5);
   auto fc = section.get<std::int64_t>("fc", 1024);

@@ -1,5 +1,6 @@
 #include "hpctrain/model/mlp.hpp"
 
+#include "hpctrain/model/model_spec.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -40,7 +41,7 @@ double Mlp::forward_flops_per_sample() const {
 }
 
 std::shared_ptr<Model> make_mlp(ConfigSection& section, const ModelContext& ctx) {
-  auto in_features = section.get<std::int64_t>("in_features", 784);
+  auto in_features = section.get<std::int64_t>("in_features", ModelSpec::kMlpInFeatures);
   auto hidden = section.get<std::vector<std::int64_t>>("hidden", {256, 128, 100});
   auto num_classes = section.get<std::int64_t>("num_classes", 10);
   auto dropout = section.get<double>("dropout", 0.0);

@@ -9,7 +9,9 @@
 namespace hpctrain::model {
 
 const std::vector<std::string>& task_names() {
-  static const std::vector<std::string> names = {"classification", "language_model", "regression"};
+  static const std::vector<std::string> names = {task_name(Task::kClassification),
+                                                 task_name(Task::kLanguageModel),
+                                                 task_name(Task::kRegression)};
   return names;
 }
 
@@ -74,12 +76,13 @@ LossOutput regression_loss(const torch::Tensor& predictions, const torch::Tensor
   return out;
 }
 
-LossOutput task_loss(const std::string& task, const torch::Tensor& outputs,
-                     const torch::Tensor& targets) {
-  if (task == "classification") return classification_loss(outputs, targets);
-  if (task == "language_model") return language_model_loss(outputs, targets);
-  if (task == "regression") return regression_loss(outputs, targets);
-  throw Error(str("unknown task '", task, "' (internal error)"));
+LossOutput task_loss(Task task, const torch::Tensor& outputs, const torch::Tensor& targets) {
+  switch (task) {
+    case Task::kLanguageModel: return language_model_loss(outputs, targets);
+    case Task::kRegression: return regression_loss(outputs, targets);
+    case Task::kClassification: break;
+  }
+  return classification_loss(outputs, targets);
 }
 
 }  // namespace hpctrain::model

@@ -104,14 +104,15 @@ double count_forward_flops(const std::function<void()>& fn) {
 TorchScriptOptions read_torchscript_options(ConfigSection& section, int tp_size) {
   TorchScriptOptions o;
   o.file = section.get<std::string>("file", "");
-  o.task = section.get<std::string>("task", "classification");
+  const std::string task = section.get<std::string>("task", "classification");
   o.flops_per_sample = section.get<double>("flops_per_sample", 0.0);
   if (o.file.empty()) {
     section.fail("file",
                  "a torchscript model needs the module file: save one in Python with "
                  "torch.jit.script(model).save(PATH) and set model.file=PATH");
   }
-  section.check_choice("task", o.task, task_names());
+  section.check_choice("task", task, task_names());
+  o.task = *task_from_name(task);
   if (o.flops_per_sample < 0) section.fail("flops_per_sample", "must be >= 0 (0: count them)");
   if (tp_size > 1) {
     section.fail("name", str("a torchscript model is data parallel only (hpctrain cannot split a "
@@ -160,9 +161,9 @@ TorchScriptModel::TorchScriptModel(const TorchScriptOptions& options) : options_
     throw ConfigError(str(where, ": forward is ", schema_text(schema),
                           " but hpctrain calls forward(inputs: Tensor) -> Tensor (the batch's "
                           "inputs in, ",
-                          options_.task == "regression"       ? "predictions"
-                          : options_.task == "language_model" ? "logits [B, T, V]"
-                                                              : "logits [B, C]",
+                          options_.task == Task::kRegression      ? "predictions"
+                          : options_.task == Task::kLanguageModel ? "logits [B, T, V]"
+                                                                  : "logits [B, C]",
                           " out): change the module's forward to that signature"));
   }
   frozen_ops_ = find_frozen_mode_ops(module_);
@@ -274,10 +275,10 @@ void TorchScriptModel::check_batch(const torch::Tensor& inputs, const torch::Ten
   const std::int64_t batch = inputs.size(0);
   std::string expected;
   bool ok = outputs.defined() && outputs.dim() > 0 && outputs.size(0) == batch;
-  if (options_.task == "classification") {
+  if (options_.task == Task::kClassification) {
     expected = str("logits [", batch, ", C] with C >= ", num_classes, " classes");
     ok = ok && outputs.dim() == 2 && outputs.size(1) >= num_classes;
-  } else if (options_.task == "language_model") {
+  } else if (options_.task == Task::kLanguageModel) {
     expected = str("logits [", batch, ", ", inputs.size(1), ", V] with V >= ", num_classes,
                    " (the vocabulary)");
     ok = ok && outputs.dim() == 3 && outputs.size(1) == inputs.size(1) &&
@@ -290,7 +291,7 @@ void TorchScriptModel::check_batch(const torch::Tensor& inputs, const torch::Ten
   if (!ok) {
     throw ConfigError(str(model_where, ": forward(inputs ", shape_of(inputs), ") from ", where,
                           " returned ", outputs.defined() ? shape_of(outputs) : "nothing",
-                          ", but a ", options_.task, " model returns ", expected,
+                          ", but a ", task_name(options_.task), " model returns ", expected,
                           ": fix the module's output, model.task, or the data"));
   }
 }

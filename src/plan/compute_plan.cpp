@@ -317,7 +317,7 @@ nlohmann::ordered_json plan_to_json(const ComputePlan& p) {
   const PlanInputs& in = p.in;
   nlohmann::ordered_json j;
   j["model"] = {{"name", in.model_name},
-                {"task", in.task},
+                {"task", task_name(in.task)},
                 {"source", in.source},
                 {"parameters", in.parameters},
                 {"non_embedding_parameters",

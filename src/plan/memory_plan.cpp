@@ -117,7 +117,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
   p.state_bytes = n * p.run.total();
   double heap_slack = 0;
   if (in.gpt) {
-    const double element = in.bf16 ? 2 : 4;
+    const double element = activation_element_bytes(in.precision);
     for (auto mode : {RecomputeMode::kNone, RecomputeMode::kBlock, RecomputeMode::kAttention}) {
       p.activations[static_cast<int>(mode)] = gpt_activation_bytes(
           in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout, mode);
@@ -187,29 +187,6 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
     j["fits"] = p.fits();
   }
   return j;
-}
-
-double parse_bytes(const std::string& text, const std::string& what) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  const double value = std::strtod(begin, &end);
-  std::string unit(end);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
-  double scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "KiB") scale = 1024.0;
-  if (unit == "MiB") scale = 1024.0 * 1024;
-  if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
-  if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
-  if (unit == "KB" || unit == "kB") scale = 1e3;
-  if (unit == "MB") scale = 1e6;
-  if (unit == "GB") scale = 1e9;
-  if (unit == "TB") scale = 1e12;
-  if (end == begin || scale == 0 || !(value > 0) || !std::isfinite(value)) {
-    throw ConfigError(str(what, " = '", text,
-                          "': expected a positive size such as 80GiB, 141GB or 8e10 (bytes)"));
-  }
-  return value * scale;
 }
 
 }  // namespace hpctrain::plan

@@ -20,7 +20,7 @@ PlanInputs inputs_from_sizes(const SizeArguments& a, int devices, MemoryInputs& 
       throw ConfigError("give both --layers and --width (or --params) to size a transformer");
     }
     in.model_name = "transformer";
-    in.task = "language_model";
+    in.task = Task::kLanguageModel;
     const TransformerShape shape{a.layers, a.width, a.seq_len, a.vocab, a.mlp_ratio, true};
     const bool shaped = a.layers > 0 && a.width > 0;
     const double n = a.params > 0 ? a.params : transformer_non_embedding_parameters(shape);
@@ -50,7 +50,7 @@ PlanInputs inputs_from_sizes(const SizeArguments& a, int devices, MemoryInputs& 
     }
   } else if (a.forward_flops > 0) {
     in.model_name = "model";
-    in.task = "classification";
+    in.task = Task::kClassification;
     in.parameters = a.params;
     in.forward_flops_per_sample = a.forward_flops;
     in.flops_formula = "--forward-flops per sample, training 3x forward";

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "hpctrain/runtime/hang_attribution.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -359,6 +360,30 @@ void FlightRecorder::record_end(std::int64_t id, bool ok) {
     r->end_ns.store(now_ns(), std::memory_order_relaxed);
     r->state.store(ok ? kCompleted : kFailed, std::memory_order_relaxed);
   }
+}
+
+void set_aside_flight_files(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(run_dir) / "flight";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> old;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind("rank-", 0) == 0) old.push_back(entry.path());
+  }
+  if (old.empty()) return;
+  const fs::path previous = dir / "previous";
+  fs::remove_all(previous, ec);
+  fs::create_directories(previous, ec);
+  for (const fs::path& p : old) {
+    fs::rename(p, previous / p.filename(), ec);
+    if (ec) {
+      log::warn(str("could not move the earlier job's flight file ", p.string(), " to ",
+                    previous.string(), ": ", ec.message()));
+      return;
+    }
+  }
+  log::info(str("moved ", old.size(), " flight file(s) of an earlier job to ", previous.string()));
 }
 
 }  // namespace hpctrain::runtime

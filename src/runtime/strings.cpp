@@ -51,34 +51,6 @@ std::string clip(const std::string& text, std::size_t max_chars) {
              text.substr(text.size() - tail));
 }
 
-std::uint64_t parse_bytes(const std::string& text, const std::string& what) {
-  std::size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw ConfigError(str(what, ": '", text, "' is not a size; write e.g. 65536, 64K, 25MiB, 1G"));
-  }
-  std::string unit = text.substr(pos);
-  while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.erase(0, 1);
-  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  double scale = 1;
-  if (unit.empty() || unit == "B") {
-    scale = 1;
-  } else if (unit == "K" || unit == "KB" || unit == "KIB") {
-    scale = 1024.0;
-  } else if (unit == "M" || unit == "MB" || unit == "MIB") {
-    scale = 1024.0 * 1024;
-  } else if (unit == "G" || unit == "GB" || unit == "GIB") {
-    scale = 1024.0 * 1024 * 1024;
-  } else {
-    throw ConfigError(str(what, ": unknown size unit '", unit, "' in '", text,
-                          "'; use B, K, M or G (binary multiples)"));
-  }
-  if (value < 0) throw ConfigError(str(what, ": size '", text, "' is negative"));
-  return static_cast<std::uint64_t>(std::llround(value * scale));
-}
-
 std::string utc_timestamp() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

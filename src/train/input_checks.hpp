@@ -6,14 +6,14 @@
 #include <string>
 
 #include "hpctrain/data/dataset.hpp"
-#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/model/model_spec.hpp"
 
 namespace hpctrain::train {
 
-/// Throws DataError when the model section's input size (model.in_features of an mlp,
-/// model.input_shape of a cnn) does not match the samples of `info` (the file named by config
-/// key `key`), naming both and the value to set. Local; reads the keys with their defaults.
-void check_model_input_fits_data(ConfigSection& model_section, const data::DatasetInfo& info,
+/// Throws DataError when the input the model section declares (model.in_features of an mlp,
+/// model.input_shape of a cnn: ModelSpec::input_shape) does not match the samples of `info` (the
+/// file named by config key `key`), naming both and the value to set. Local.
+void check_model_input_fits_data(const model::ModelSpec& spec, const data::DatasetInfo& info,
                                  const std::string& key);
 
 }  // namespace hpctrain::train

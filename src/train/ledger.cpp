@@ -41,7 +41,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
 
   nlohmann::ordered_json j;
   j["model"] = {{"name", f.model_name},
-                {"task", f.task},
+                {"task", task_name(f.task)},
                 {"parameters", f.parameters},
                 {"tokens_per_sample", f.tokens_per_sample}};
   j["grid"] = {{"world_size", f.world_size},
@@ -50,7 +50,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                {"threads_per_rank", f.threads_per_rank},
                {"device", f.device}};
   j["steps"] = f.steps;
-  j["precision"] = f.precision;
+  j["precision"] = precision_name(f.precision);
   j["tf32"] = {{"matmul", f.tf32_matmul}, {"cudnn", f.tf32_cudnn}, {"source", f.tf32_source}};
   j["skipped_steps"] = f.skipped_steps;
   if (f.loss_scale > 0) j["loss_scale"] = f.loss_scale;

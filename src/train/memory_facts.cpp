@@ -29,7 +29,7 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatPar
                                      g.vocab_size, g.mlp_ratio, g.tied_embeddings};
   facts.activation_bytes_estimate =
       plan::gpt_activation_bytes(shape, g.heads, cfg.data.batch_size, facts.tp,
-                                 cfg.run.precision == Precision::kBf16 ? 2 : 4, g.dropout > 0, mode,
+                                 activation_element_bytes(cfg.run.precision), g.dropout > 0, mode,
                                  flat.params().device().is_cpu() ? plan::kCpuDropoutMask : 1)
           .total();
 }

@@ -65,7 +65,7 @@ void RunReport::finish_completed(std::int64_t step, const LedgerFacts& facts,
     // The timings died with the job that trained; what the checkpoint knows is kept.
     nlohmann::ordered_json j;
     j["model"] = {{"name", facts.model_name},
-                  {"task", facts.task},
+                  {"task", task_name(facts.task)},
                   {"parameters", facts.parameters},
                   {"tokens_per_sample", facts.tokens_per_sample}};
     j["grid"] = {{"world_size", facts.world_size}, {"dp", facts.dp}, {"tp", facts.tp}};

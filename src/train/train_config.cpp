@@ -9,24 +9,6 @@
 
 namespace hpctrain::train {
 
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16: return "bf16";
-    case Precision::kFp16: return "fp16";
-    case Precision::kFp32: break;
-  }
-  return "fp32";
-}
-
-at::ScalarType autocast_dtype(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16: return at::kBFloat16;
-    case Precision::kFp16: return at::kHalf;
-    case Precision::kFp32: break;
-  }
-  return at::kFloat;
-}
-
 double parse_duration(const std::string& text, const std::string& key) {
   auto bad = [&] {
     return ConfigError(str(key, " = '", text,
@@ -73,10 +55,9 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.run.seed = s.get<std::uint64_t>("seed", c.run.seed);
     c.run.epochs = s.get<std::int64_t>("epochs", c.run.epochs);
     c.run.max_steps = s.get<std::int64_t>("max_steps", c.run.max_steps);
-    c.run.precision = s.get_choice<Precision>(
-        "precision", c.run.precision,
-        {{"fp32", Precision::kFp32}, {"bf16", Precision::kBf16}, {"fp16", Precision::kFp16}});
-    if (s.has("tf32")) c.run.tf32 = s.get<bool>("tf32", false);
+    const PrecisionConfig precision = PrecisionConfig::from(s);
+    c.run.precision = precision.precision;
+    c.run.tf32 = precision.tf32;
     c.run.time_limit_s = parse_duration(s.get<std::string>("time_limit", ""), "run.time_limit");
     c.run.time_margin_s = s.get<double>("time_margin_s", c.run.time_margin_s);
     if (c.run.dir.empty()) s.fail("dir", "must name the run directory");
@@ -184,6 +165,10 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
     c.debug.slow_rank = s.get<int>("slow_rank", c.debug.slow_rank);
     c.debug.slow_ms = s.get<double>("slow_ms", c.debug.slow_ms);
     if (c.debug.slow_ms < 0) s.fail("slow_ms", "must be 0 or more");
+  }
+  {
+    auto s = config.section("model");
+    c.model = model::ModelSpec::from(s);
   }
   switch (c.optim.loss_scale.mode) {
     case LossScaleMode::kAuto: c.loss_scaling = c.run.precision == Precision::kFp16; break;

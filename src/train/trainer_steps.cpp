@@ -8,6 +8,7 @@
 #include <limits>
 #include <thread>
 
+#include "debug_hooks.hpp"
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/device_copy.hpp"
@@ -154,10 +155,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                             std::int64_t total_steps, PhaseSeconds& phases) {
   StepResult r;
   const int k_total = static_cast<int>(micro.size());
-  const at::ScalarType autocast_dtype = train::autocast_dtype(p_.cfg.run.precision);
+  const at::ScalarType autocast_dtype = hpctrain::autocast_dtype(p_.cfg.run.precision);
   const double scale = p_.scaler.scale();
-  const bool inject_nan =
-      p_.cfg.debug.nan_step == step && p_.cfg.debug.nan_rank == p_.env.runtime.world_rank();
+  const bool inject_nan = p_.debug.nan_loss(step);
   p_.model.train();
   namespace trace = runtime::trace;
   model::LossOutput device_sums;  // metric sums the losses left on the device, added there
@@ -234,8 +234,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   trace::Scope optimizer_slice(0, "optimizer");
   const int m2 = timer_.mark();
   if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two
-  if (p_.cfg.debug.overflow_step == step &&
-      p_.cfg.debug.overflow_rank == p_.env.runtime.world_rank()) {
+  if (p_.debug.overflow(step)) {
     scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
   }
   r.grad_norm = global_grad_norm();  // the step's one wait for the device (the host decides)
@@ -386,8 +385,9 @@ std::string eval_line(const eval::EvalResult& r, std::int64_t step) {
   // The metrics in the offline evaluation's digits (eval::metrics_text): the same checkpoint
   // evaluated both ways shows the same numbers.
   return str("eval at step ", step, ": ", eval::metrics_text(r), " (", r.samples,
-             r.task == "language_model" ? " sequences, " : " samples, ", format_seconds(r.seconds),
-             ", ", static_cast<std::int64_t>(r.samples_per_second), " samples/s)");
+             r.task == Task::kLanguageModel ? " sequences, " : " samples, ",
+             format_seconds(r.seconds), ", ", static_cast<std::int64_t>(r.samples_per_second),
+             " samples/s)");
 }
 
 }  // namespace hpctrain::train

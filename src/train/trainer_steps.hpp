@@ -32,6 +32,7 @@ namespace hpctrain::train {
 
 class Optimizer;
 class LossScaler;
+class DebugHooks;
 
 struct StepResult {
   double local_loss = 0;  ///< mean loss of this rank's samples in the step
@@ -58,6 +59,7 @@ class StepRunner {
     LossScaler& scaler;
     comm::Environment& env;
     const TrainConfig& cfg;
+    const DebugHooks& debug;  ///< debug.nan_step, debug.overflow_step
     torch::Device device;
     /// Called after backward, before the update phase (the first code that may modify
     /// parameters and optimizer state), returning the seconds it blocked (the checkpoint's

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "hpctrain/data/sampler.hpp"
+#include "hpctrain/runtime/task.hpp"
 
 namespace hpctrain::comm {
 class ControlPlane;
@@ -33,10 +34,8 @@ struct DataFileRecord {
   std::string checksum;
 };
 
-enum class DatasetKind { kClassification, kLanguageModel, kRegression };
-
-/// "classification", "language_model" or "regression" (the same words as Model::task()). Local.
-const char* dataset_kind_name(DatasetKind kind);
+/// What a file holds: the task a model trained on it learns (task_name() says it in words).
+using DatasetKind = Task;
 
 /// What a file holds, validated on open. Local value type.
 struct DatasetInfo {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/runtime/precision.hpp"
+
 namespace hpctrain::comm {
 class ControlPlane;
 }
@@ -27,10 +29,10 @@ namespace hpctrain::eval {
 struct BatchSearchOptions {
   std::int64_t min_batch = 16;
   std::int64_t max_batch = std::int64_t{1} << 16;
-  std::int64_t samples = 0;         ///< samples the evaluation covers (caps the batch size)
-  std::uint64_t memory_budget = 0;  ///< bytes of activation memory per rank (0: no limit)
-  bool bf16 = false;
-  double seconds_per_size = 0.25;  ///< timed work per candidate (at least two batches)
+  std::int64_t samples = 0;                ///< samples the evaluation covers (caps the batch size)
+  std::uint64_t memory_budget = 0;         ///< bytes of activation memory per rank (0: no limit)
+  Precision precision = Precision::kFp32;  ///< autocast, as the evaluation (EvalOptions)
+  double seconds_per_size = 0.25;          ///< timed work per candidate (at least two batches)
 };
 
 /// One candidate tried.

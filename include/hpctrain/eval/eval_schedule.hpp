@@ -9,6 +9,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "hpctrain/runtime/task.hpp"
+
 namespace hpctrain {
 class ConfigSection;
 }
@@ -27,7 +29,7 @@ bool higher_is_better(Metric metric);
 /// The metric of a task when eval.metric is unset: accuracy for classification, loss otherwise
 /// (the MSE for regression).
 /// Local.
-Metric default_metric(const std::string& task);
+Metric default_metric(Task task);
 
 /// The `eval` section. Defaults are declared here and nowhere else.
 struct EvalConfig {
@@ -42,9 +44,7 @@ struct EvalConfig {
   std::int64_t max_samples = 0;  ///< eval.max_samples: 0 = the whole split
 
   /// The metric for a model of `task`. Local.
-  Metric metric_for(const std::string& task) const {
-    return metric_set ? metric : default_metric(task);
-  }
+  Metric metric_for(Task task) const { return metric_set ? metric : default_metric(task); }
   /// Reads and validates the section (recording defaults); throws ConfigError naming the key.
   /// Local.
   static EvalConfig from(ConfigSection& section);

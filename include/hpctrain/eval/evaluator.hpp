@@ -14,6 +14,8 @@
 #include <string>
 
 #include "hpctrain/eval/eval_schedule.hpp"
+#include "hpctrain/runtime/precision.hpp"
+#include "hpctrain/runtime/task.hpp"
 
 namespace at {
 class Tensor;
@@ -33,8 +35,8 @@ namespace hpctrain::eval {
 struct EvalOptions {
   /// Canonical batch size (metrics are exact for a given one).
   std::int64_t batch_size = EvalConfig::kDefaultBatchSize;
-  bool bf16 = false;             ///< bfloat16 autocast for the forward pass
-  bool fp16 = false;             ///< float16 autocast (CUDA only; ignored on CPU)
+  /// Autocast of the forward pass: bf16 on CPU and CUDA, fp16 on CUDA only (float32 on CPU).
+  Precision precision = Precision::kFp32;
   std::int64_t max_samples = 0;  ///< evaluate only the first max_samples (0 = all)
   /// Batches read ahead by a background thread (0: read inline). Metrics do not depend on it.
   int prefetch = 0;
@@ -47,7 +49,7 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  std::string task;          ///< classification | language_model | regression
+  Task task = Task::kClassification;
   std::int64_t samples = 0;  ///< samples (sequences) evaluated
   std::int64_t count = 0;    ///< predictions scored: samples, or tokens for language models
   double loss = 0;           ///< mean loss per prediction

@@ -13,10 +13,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "hpctrain/comm/environment.hpp"
 #include "hpctrain/eval/compression.hpp"
+#include "hpctrain/runtime/precision.hpp"
 
 namespace hpctrain::runtime {
 class Runtime;
@@ -33,14 +35,15 @@ struct OfflineOptions {
   std::string batch_size;           ///< "" = eval.batch_size of the stored config; "auto"; a number
   std::uint64_t memory_budget = 0;  ///< --memory-budget bytes per rank (0 = default)
   std::int64_t max_samples = -1;    ///< -1 = eval.max_samples of the stored config; 0 = all
-  std::string precision;            ///< "" = run.precision of the stored config; fp32 | bf16
-  bool compare_fp32 = false;        ///< with bf16: also evaluate in fp32 and record the difference
-  int prefetch = 2;                 ///< evaluation batches read ahead
-  std::string results_dir;          ///< "" = <run_dir>/eval
-  bool force = false;               ///< evaluate again even when a result exists
-  double poll_seconds = 10;         ///< --watch: seconds between looks at the run
-  double timeout_seconds = 3600;    ///< --watch: give up after this long without a new checkpoint
-  CompressionSpec compression;      ///< --quantize / --prune: compress in memory, compare with fp32
+  std::optional<Precision>
+      precision;                  ///< --bf16 / --fp32; none: run.precision of the stored config
+  bool compare_fp32 = false;      ///< with bf16: also evaluate in fp32 and record the difference
+  int prefetch = 2;               ///< evaluation batches read ahead
+  std::string results_dir;        ///< "" = <run_dir>/eval
+  bool force = false;             ///< evaluate again even when a result exists
+  double poll_seconds = 10;       ///< --watch: seconds between looks at the run
+  double timeout_seconds = 3600;  ///< --watch: give up after this long without a new checkpoint
+  CompressionSpec compression;    ///< --quantize / --prune: compress in memory, compare with fp32
   /// --max-drop: warn when compression costs more than this much accuracy (absolute), or, for
   /// language models and regression, this fraction of the float32 loss.
   double max_drop = 0.05;

@@ -13,7 +13,9 @@
 
 #include "hpctrain/data/data_config.hpp"
 #include "hpctrain/eval/eval_schedule.hpp"
+#include "hpctrain/model/model_spec.hpp"
 #include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/precision.hpp"
 
 namespace hpctrain::model {
 class Model;
@@ -25,8 +27,10 @@ namespace hpctrain::eval {
 /// The stored configuration of a run, as far as evaluation needs it.
 class RunConfig {
  public:
-  /// Parses `text` (a resolved config.yaml); `origin` names it in messages. Throws ConfigError
-  /// naming the key for a value of the wrong type. Local; every rank parses the same text.
+  /// Parses `text` (a resolved config.yaml) with the section parsers training uses
+  /// (model::ModelSpec, PrecisionConfig, data::DataConfig, EvalConfig); `origin` names it in
+  /// messages. Throws ConfigError naming the key for a bad value. Local; every rank parses the
+  /// same text.
   RunConfig(const std::string& text, const std::string& origin);
 
   /// The config text of a checkpoint: <checkpoint_dir>/config.yaml, else <run_dir>/config.yaml.
@@ -57,12 +61,11 @@ class RunConfig {
   const EvalConfig& eval() const { return eval_; }
   std::int64_t eval_batch_size() const { return eval_.batch_size; }    ///< eval.batch_size
   std::int64_t eval_max_samples() const { return eval_.max_samples; }  ///< eval.max_samples
-  const std::string& precision() const { return precision_; }          ///< run.precision
+  Precision precision() const { return precision_.precision; }         ///< run.precision
   /// run.tf32 of the run (absent: LibTorch's default); its evaluation computes as it trained.
-  const std::optional<bool>& tf32() const { return tf32_; }
-  std::int64_t seq_len() const { return seq_len_; }        ///< model.seq_len (0: none)
-  std::int64_t vocab_size() const { return vocab_size_; }  ///< model.vocab_size (0: none)
-  const std::string& model_name() const { return model_name_; }
+  const std::optional<bool>& tf32() const { return precision_.tf32; }
+  /// The `model` section as training read it: name, task, input, seq_len, vocab_size.
+  const model::ModelSpec& model() const { return model_; }
   const std::string& origin() const { return origin_; }
 
  private:
@@ -71,11 +74,8 @@ class RunConfig {
   data::DataConfig data_;
   std::string test_path_;
   EvalConfig eval_;
-  std::string precision_ = "fp32";
-  std::optional<bool> tf32_;
-  std::int64_t seq_len_ = 0;
-  std::int64_t vocab_size_ = 0;
-  std::string model_name_;
+  PrecisionConfig precision_;
+  model::ModelSpec model_;
   std::string model_text_;
 };
 

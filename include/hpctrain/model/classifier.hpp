@@ -10,7 +10,7 @@ class Classifier : public Model {
   /// Mean cross entropy of logits [B, C] against int64 labels [B], with the loss sum and the
   /// number of correct top-1 predictions. Local.
   LossOutput loss(const torch::Tensor& logits, const torch::Tensor& labels) override;
-  std::string task() const override { return "classification"; }
+  Task task() const override { return Task::kClassification; }
 };
 
 }  // namespace hpctrain::model

@@ -153,7 +153,7 @@ class Gpt : public Model {
   /// tokens, loss_sum, correct = top-1 hits, count = B * T. Identical on every tp rank, so
   /// metrics are reduced over the dp group only. Collective over tp.
   LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
-  std::string task() const override { return "language_model"; }
+  Task task() const override { return Task::kLanguageModel; }
   bool waits_for_parameters() const override { return true; }
   /// Per sequence of seq_len tokens: 2 * N * T + 2 * layers * T^2 * width, N = logical
   /// non-embedding parameters (everything but wte, wpe and lm_head); the output head and

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/runtime/task.hpp"
+
 namespace hpctrain {
 class ConfigSection;
 namespace comm {
@@ -64,8 +66,8 @@ class Model : public torch::nn::Module {
   virtual torch::Tensor forward(const torch::Tensor& inputs) = 0;
   /// Loss and metric sums of `outputs` against `targets`. Collective over the tp group when tp > 1.
   virtual LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) = 0;
-  /// "classification", "language_model" or "regression". Local.
-  virtual std::string task() const = 0;
+  /// What the model learns: its loss, metrics and the data it fits. Local.
+  virtual Task task() const = 0;
   /// Forward FLOPs for one sample (a multiply-add counts 2), counted from the layers; the whole
   /// logical model, not this rank's shard. Local.
   virtual double forward_flops_per_sample() const = 0;

@@ -16,7 +16,7 @@
 
 namespace hpctrain::model {
 
-/// The tasks a model can have, as Model::task() names them. Local.
+/// The names of the tasks a model can have (task_name()), for config choices. Local.
 const std::vector<std::string>& task_names();
 
 /// Mean cross entropy of `logits` [B, C] against int64 `labels` [B], with the loss sum and the
@@ -42,8 +42,7 @@ void set_metric_sums(LossOutput& out, const torch::Tensor& loss_sum, const torch
 /// on CPU (debug.stage_inputs). Process-wide; set before training starts. Local.
 void defer_metric_reads_on_cpu(bool on);
 
-/// The loss of `task` (one of task_names()). Local.
-LossOutput task_loss(const std::string& task, const torch::Tensor& outputs,
-                     const torch::Tensor& targets);
+/// The loss of `task`. Local.
+LossOutput task_loss(Task task, const torch::Tensor& outputs, const torch::Tensor& targets);
 
 }  // namespace hpctrain::model

@@ -25,9 +25,9 @@ namespace hpctrain::model {
 
 /// The model section of a TorchScript model, validated.
 struct TorchScriptOptions {
-  std::string file;             ///< model.file
-  std::string task;             ///< model.task
-  double flops_per_sample = 0;  ///< model.flops_per_sample (0: count with the profiler)
+  std::string file;                   ///< model.file
+  Task task = Task::kClassification;  ///< model.task
+  double flops_per_sample = 0;        ///< model.flops_per_sample (0: count with the profiler)
 };
 
 class TorchScriptModel : public Model {
@@ -41,7 +41,7 @@ class TorchScriptModel : public Model {
   torch::Tensor forward(const torch::Tensor& inputs) override;
   /// The task's loss (task_loss.hpp). Local.
   LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
-  std::string task() const override { return options_.task; }
+  Task task() const override { return options_.task; }
   /// model.flops_per_sample, else what the profiler counted in check_batch (0 before). Local.
   double forward_flops_per_sample() const override;
   std::string flops_source() const override;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/runtime/task.hpp"
+
 namespace hpctrain::plan {
 
 /// A per-device peak FLOP/s figure with where it comes from (docs/PLAN.md lists them).
@@ -120,8 +122,8 @@ LedgerCalibration read_ledger_calibration(const nlohmann::json& ledger, const st
 /// Everything a plan is computed from. Sizes are doubles: planned runs may exceed 2^63 FLOPs.
 struct PlanInputs {
   // The model.
-  std::string model_name;               ///< "gpt", "mlp", "transformer" (size arguments) ...
-  std::string task;                     ///< "language_model" or "classification"
+  std::string model_name;  ///< "gpt", "mlp", "transformer" (size arguments) ...
+  Task task = Task::kClassification;
   std::string source;                   ///< "config FILE" or "size arguments"
   std::string flops_formula;            ///< how forward_flops_per_sample was obtained, in words
   double parameters = 0;                ///< all parameters (checkpoint size)

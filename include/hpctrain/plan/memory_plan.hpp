@@ -9,6 +9,8 @@
 #include <string>
 
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/runtime/precision.hpp"
+#include "hpctrain/runtime/strings.hpp"  // parse_bytes: --device-memory, --host-base
 
 namespace hpctrain::plan {
 
@@ -104,10 +106,10 @@ const char* recompute_name(RecomputeMode mode);
 struct MemoryInputs {
   int dp = 1;
   int tp = 1;
-  bool shard = false;                ///< optimizer state sharded over dp
-  bool bf16 = false;                 ///< bf16 activations (autocast)
-  double parameters_per_device = 0;  ///< logical parameters / tp
-  bool gpt = false;                  ///< activations are estimated for the gpt only
+  bool shard = false;                      ///< optimizer state sharded over dp
+  Precision precision = Precision::kFp32;  ///< run.precision: the activations' element size
+  double parameters_per_device = 0;        ///< logical parameters / tp
+  bool gpt = false;                        ///< activations are estimated for the gpt only
   TransformerShape shape;
   std::int64_t heads = 0;
   std::int64_t micro_batch = 0;
@@ -143,8 +145,5 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
 
 /// Every number of the memory plan as JSON (`hpctrain plan --json`'s "memory"). Local.
 nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& plan);
-
-/// "80GiB", "141 GB", "1.5e9" (bytes) -> bytes. Throws ConfigError naming `what`. Local.
-double parse_bytes(const std::string& text, const std::string& what);
 
 }  // namespace hpctrain::plan

@@ -68,4 +68,9 @@ class FlightRecorder {
   static void record_end(std::int64_t id, bool ok);
 };
 
+/// Moves the flight files an earlier job left in RUN_DIR/flight into RUN_DIR/flight/previous
+/// (replacing what was there), so that a resumed run's files are not merged with them. Local
+/// (rank 0 at the start of a run); never throws (a warning says what failed).
+void set_aside_flight_files(const std::string& run_dir);
+
 }  // namespace hpctrain::runtime

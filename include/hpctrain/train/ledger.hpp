@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "hpctrain/runtime/precision.hpp"
+#include "hpctrain/runtime/task.hpp"
+
 namespace hpctrain::comm {
 class ControlPlane;
 }
@@ -30,7 +33,7 @@ struct PhaseSeconds {
 /// What the ledger needs to know about the run besides the timings.
 struct LedgerFacts {
   std::string model_name;
-  std::string task;
+  Task task = Task::kClassification;
   std::int64_t parameters = 0;
   double forward_flops_per_sample = 0;
   /// Where forward_flops_per_sample came from (Model::flops_source()).
@@ -45,7 +48,7 @@ struct LedgerFacts {
   int tp = 1;
   int threads_per_rank = 1;
   std::string device;
-  std::string precision = "fp32";  ///< run.precision
+  Precision precision = Precision::kFp32;  ///< run.precision
   /// TF32 for float32 CUDA work (run.tf32, else LibTorch's default): matmul, cuDNN, and which.
   bool tf32_matmul = false;
   bool tf32_cudnn = true;

@@ -3,8 +3,6 @@
 // logging, debug) and those it reads through their owners (data, parallel, eval, checkpoint).
 // docs/CONFIG.md documents every key.
 
-#include <c10/core/ScalarType.h>
-
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -12,7 +10,10 @@
 #include "hpctrain/checkpoint/checkpoint_schedule.hpp"
 #include "hpctrain/data/data_config.hpp"
 #include "hpctrain/eval/eval_schedule.hpp"
+#include "hpctrain/model/model_spec.hpp"
 #include "hpctrain/parallel/parallel_config.hpp"
+#include "hpctrain/runtime/autocast_dtype.hpp"
+#include "hpctrain/runtime/precision.hpp"
 #include "hpctrain/train/lr_schedule.hpp"
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/progress.hpp"
@@ -23,24 +24,17 @@ class Config;
 
 namespace hpctrain::train {
 
-/// Arithmetic of the training step: float32, or bfloat16 / float16 autocast with float32 master
-/// weights, gradients and optimizer state (float16 on CUDA only, with loss scaling).
-enum class Precision { kFp32, kBf16, kFp16 };
-
-/// "fp32", "bf16", "fp16". Local.
-const char* precision_name(Precision precision);
-/// The autocast dtype of `precision` (at::kFloat: no autocast). Local.
-at::ScalarType autocast_dtype(Precision precision);
+// run.precision's type lives in runtime/precision.hpp, where eval, checkpoint and plan name it too.
+using hpctrain::Precision;
+using hpctrain::precision_name;
 
 struct RunSection {
   std::string dir;  ///< run.dir: run directory (config.yaml, metrics.jsonl, checkpoints/ ...)
   std::uint64_t seed = 1234;
   std::int64_t epochs = 1;
   std::int64_t max_steps = 0;              ///< 0: run.epochs decides; otherwise stop at the smaller
-  Precision precision = Precision::kFp32;  ///< run.precision: fp32 | bf16 | fp16
-  /// run.tf32: float32 matrix products and convolutions on CUDA may use TF32 (true) or not
-  /// (false); absent: LibTorch's default, as PyTorch's (matmul off, cuDNN convolutions on).
-  std::optional<bool> tf32;
+  Precision precision = Precision::kFp32;  ///< run.precision (PrecisionConfig)
+  std::optional<bool> tf32;                ///< run.tf32 (PrecisionConfig)
   double time_limit_s = 0;    ///< run.time_limit (a duration): 0 = none; else save and stop before
   double time_margin_s = 60;  ///< run.time_margin_s: safety margin added to the measured save time
 };
@@ -112,11 +106,12 @@ struct DebugSection {
 };
 
 /// A training run's configuration, parsed once. Each layer owns its section's struct, defaults
-/// and validation (data::DataConfig, OptimizerConfig, LrSchedule, parallel::ParallelConfig,
-/// eval::EvalConfig, checkpoint::CheckpointConfig); this gathers them. The `model` section is the
-/// model registry's.
+/// and validation (PrecisionConfig, model::ModelSpec, data::DataConfig, OptimizerConfig,
+/// LrSchedule, parallel::ParallelConfig, eval::EvalConfig, checkpoint::CheckpointConfig); this
+/// gathers them. The model families read the rest of the `model` section when the model is built.
 struct TrainConfig {
   RunSection run;
+  model::ModelSpec model;
   data::DataConfig data;
   OptimizerConfig optim;
   LrSchedule schedule;
@@ -127,8 +122,8 @@ struct TrainConfig {
   DebugSection debug;
   /// optim.loss_scale resolved against run.precision: dynamic loss scaling on or off.
   bool loss_scaling = false;
-  /// Reads every section but `model` (the model registry reads that one). Local; throws
-  /// ConfigError naming the key. `default_dir` is used when run.dir is unset.
+  /// Reads every section (of `model`, the ModelSpec). Local; throws ConfigError naming the key.
+  /// `default_dir` is used when run.dir is unset.
   static TrainConfig from(Config& config, const std::string& default_dir);
 };
 

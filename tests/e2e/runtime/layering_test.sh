@@ -17,7 +17,7 @@ grep -nE 'torch::|Tensor|<torch/' include/hpctrain/comm/control_plane.hpp \
 [[ -s $TMP/tensor.txt ]] && fail "control plane headers mention tensors: $(cat "$TMP/tensor.txt")"
 
 # Layers, lowest first; a layer may include only its own and lower layers' headers.
-layers=(runtime plan comm data parallel model checkpoint eval train)
+layers=(runtime plan comm data parallel model checkpoint eval train report)
 rank_of() {
   local i
   for i in "${!layers[@]}"; do [[ ${layers[$i]} == "$1" ]] && echo "$i" && return; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hpctrain on a real two-node Slurm (scripts/slurm-cluster.sh): srun -N 2 places two ranks on each
+# hpctrain on a real two-node Slurm (scripts/slurm-sandbox.sh --nodes 2): srun -N 2 places two ranks on each
 # node, with distinct host names and local ranks 0 and 1 on each; under block placement each
 # tensor-parallel group lies inside a node, with -m cyclic the groups span the nodes and hpctrain
 # warns; mpirun across the nodes through the cluster's launcher agent places ranks the same way.

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # sourced by the multinode tests, which use the variables
 # Helpers for the multinode tests (labels slurm;multinode), sourced after ../lib.sh: each test
-# brings up its own two-node Slurm of scripts/slurm-cluster.sh (nodes n1 and n2, each a network +
+# brings up its own two-node Slurm of scripts/slurm-sandbox.sh --nodes 2 (nodes n1 and n2, each a network +
 # UTS namespace with its own slurmd) and removes it at exit, leaving no daemon, namespace, bridge
 # or state directory behind.
 #
@@ -9,7 +9,7 @@
 # (up to 150 s) and the test then skips, saying so. A flock on "$CLUSTER_DIR.users" keeps two
 # ctest runs (two build directories) from sharing or stopping each other's cluster.
 
-CLUSTER=${HPCTRAIN_SOURCE_DIR:?run through ctest}/scripts/slurm-cluster.sh
+CLUSTER=${HPCTRAIN_SOURCE_DIR:?run through ctest}/scripts/slurm-sandbox.sh
 CLUSTER_DIR=/tmp/hpctrain-cluster-test
 CLUSTER_SKIP=77 # SKIP_RETURN_CODE of the slurm tests
 # srun with guards: no waiting for resources beyond 20 s, Slurm's 2-minute limit, and timeout.
@@ -42,7 +42,7 @@ cluster_up() {
   trap cluster_down EXIT
   # A cluster left by a test that was killed (the lock says nobody uses it): clear it first.
   if [[ -e $CLUSTER_DIR ]]; then
-    timeout 60 "$CLUSTER" stop --dir "$CLUSTER_DIR" >"$TMP/cluster-clear.txt" 2>&1 ||
+    timeout 60 "$CLUSTER" stop --nodes 2 --dir "$CLUSTER_DIR" >"$TMP/cluster-clear.txt" 2>&1 ||
       echo "warning: clearing a leftover cluster failed: $(cat "$TMP/cluster-clear.txt")" >&2
   fi
   timeout 200 "$CLUSTER" start --dir "$CLUSTER_DIR" --nodes 2 --wait 150 \
@@ -51,7 +51,7 @@ cluster_up() {
   if ((rc == 4)); then
     skip_test "another Slurm kept running on this machine for 150 s: $(grep -o 'another Slurm runs[^)]*)' "$TMP/cluster-start.txt")"
   elif ((rc != 0)); then
-    echo "FAIL: scripts/slurm-cluster.sh start failed:" >&2
+    echo "FAIL: scripts/slurm-sandbox.sh start failed:" >&2
     sed 's/^/    | /' "$TMP/cluster-start.txt" >&2
     exit 1
   fi
@@ -77,8 +77,8 @@ cluster_down() {
       fi
     done
   fi
-  if ! timeout 90 "$CLUSTER" stop --dir "$CLUSTER_DIR" >"$TMP/cluster-stop.txt" 2>&1; then
-    echo "FAIL: scripts/slurm-cluster.sh stop failed: $(cat "$TMP/cluster-stop.txt")" >&2
+  if ! timeout 90 "$CLUSTER" stop --nodes 2 --dir "$CLUSTER_DIR" >"$TMP/cluster-stop.txt" 2>&1; then
+    echo "FAIL: scripts/slurm-sandbox.sh stop failed: $(cat "$TMP/cluster-stop.txt")" >&2
     rc=1
   fi
   local left=""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Node failure on a real two-node Slurm (scripts/slurm-cluster.sh): jobs/train.sbatch trains on
+# Node failure on a real two-node Slurm (scripts/slurm-sandbox.sh --nodes 2): jobs/train.sbatch trains on
 # 2 nodes x 2 ranks (-N 1-2); node n2 is killed mid-training (its link cut, every process in it
 # SIGKILLed). The ranks left on n1 must end within 60 s with hpctrain's message naming a lost rank
 # and host n2, and exit code 5; no checkpoint is damaged. Slurm requeues the job when it declares

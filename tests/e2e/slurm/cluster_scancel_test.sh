@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What stops jobs/train.sbatch on a real two-node Slurm (scripts/slurm-cluster.sh), and whether it
+# What stops jobs/train.sbatch on a real two-node Slurm (scripts/slurm-sandbox.sh --nodes 2), and whether it
 # comes back: a user's `scancel` saves a checkpoint and ends the job (CANCELLED, never requeued);
 # the time-limit warning (SIGUSR1, here sent by `scancel --signal=USR1` at a known moment) and
 # Slurm's preemption (a job in the higher-priority partition `urgent`) save and requeue it, and

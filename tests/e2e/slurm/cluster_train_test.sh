@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training across two nodes of a real two-node Slurm (scripts/slurm-cluster.sh) gives bitwise the
+# Training across two nodes of a real two-node Slurm (scripts/slurm-sandbox.sh --nodes 2) gives bitwise the
 # same metrics and final checkpoint as on one node with the same world size: fmnist on 2 nodes x
 # 2 ranks under srun (the cross-node traffic on OpenMPI's TCP transport, which the test shows from
 # OpenMPI's own report) and under mpirun through the cluster's launcher agent, against 1 node x 4

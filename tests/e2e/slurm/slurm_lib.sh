@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2034  # sourced by the slurm tests, which use SRUN
 # Helpers for the slurm-label tests (sourced after ../lib.sh): bring up the local one-machine Slurm
-# of scripts/slurm-local.sh, run Slurm commands with guards so nothing hangs, and leave the machine
+# of scripts/slurm-sandbox.sh (one node: this host), run Slurm commands with guards so nothing hangs, and leave the machine
 # as it was found.
 #
 # Sharing one instance: tests of this label carry the ctest RESOURCE_LOCK "slurm", so one ctest
@@ -10,7 +10,7 @@
 # the last test out (the one that gets the lock exclusively) stops a marked instance. An instance
 # someone started by hand carries no mark and is left running.
 
-SLURM_LOCAL=${HPCTRAIN_SOURCE_DIR:?run through ctest}/scripts/slurm-local.sh
+SLURM_LOCAL=${HPCTRAIN_SOURCE_DIR:?run through ctest}/scripts/slurm-sandbox.sh
 SLURM_LOCAL_DIR=${HPCTRAIN_SLURM_DIR:-/tmp/hpctrain-slurm}
 SLURM_LOCAL_MARK=$SLURM_LOCAL_DIR/started-by-test
 SLURM_SKIP=77 # SKIP_RETURN_CODE of the slurm tests
@@ -40,12 +40,12 @@ slurm_up() {
   fi
   trap slurm_down EXIT
   local was_running=0
-  if "$SLURM_LOCAL" status --dir "$SLURM_LOCAL_DIR" >/dev/null 2>&1; then
+  if "$SLURM_LOCAL" status --nodes host --dir "$SLURM_LOCAL_DIR" >/dev/null 2>&1; then
     was_running=1
   fi
   local started=0
   # --wait: another Slurm on the machine (the multi-node tests' cluster, run by another ctest) ends.
-  timeout 250 "$SLURM_LOCAL" start --dir "$SLURM_LOCAL_DIR" --timeout 60 --wait 150 \
+  timeout 250 "$SLURM_LOCAL" start --nodes host --dir "$SLURM_LOCAL_DIR" --timeout 60 --wait 150 \
     >"$TMP/slurm-start.txt" 2>&1 &&
     started=1
   # Marked even when the start failed, so that slurm_down clears what a failed start left behind.
@@ -53,7 +53,7 @@ slurm_up() {
     touch "$SLURM_LOCAL_MARK"
   fi
   if ((started == 0)); then
-    echo "FAIL: scripts/slurm-local.sh start failed:" >&2
+    echo "FAIL: scripts/slurm-sandbox.sh start failed:" >&2
     sed 's/^/    | /' "$TMP/slurm-start.txt" >&2
     exit 1
   fi
@@ -75,8 +75,8 @@ slurm_down() {
     done
   fi
   if [[ -n ${SLURM_USERS_FD:-} ]] && flock -n -x "$SLURM_USERS_FD" && [[ -f $SLURM_LOCAL_MARK ]]; then
-    timeout 60 "$SLURM_LOCAL" stop --dir "$SLURM_LOCAL_DIR" >"$TMP/slurm-stop.txt" 2>&1 ||
-      echo "warning: scripts/slurm-local.sh stop failed: $(cat "$TMP/slurm-stop.txt")" >&2
+    timeout 60 "$SLURM_LOCAL" stop --nodes host --dir "$SLURM_LOCAL_DIR" >"$TMP/slurm-stop.txt" 2>&1 ||
+      echo "warning: scripts/slurm-sandbox.sh stop failed: $(cat "$TMP/slurm-stop.txt")" >&2
   fi
   exit "$rc"
 }

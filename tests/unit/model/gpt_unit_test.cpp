@@ -227,7 +227,7 @@ TEST(GptConfig, DefaultsAreRecorded) {
 
 TEST(Gpt, ParameterNamesShardsAndFlops) {
   auto model = build(kTiny);
-  EXPECT_EQ(model->task(), "language_model");
+  EXPECT_EQ(model->task(), Task::kLanguageModel);
   const std::int64_t d = 32;
   const std::int64_t f = 128;
   const std::map<std::string, std::pair<std::vector<std::int64_t>, int>> want = {

@@ -69,7 +69,7 @@ class TorchScriptTest : public ::testing::Test {
   static std::shared_ptr<TorchScriptModel> load(const std::string& file) {
     TorchScriptOptions options;
     options.file = *dir_ + "/" + file;
-    options.task = "classification";
+    options.task = Task::kClassification;
     return std::make_shared<TorchScriptModel>(options);
   }
   static std::string* dir_;

@@ -20,7 +20,7 @@ namespace {
 PlanInputs transformer_inputs(double params, double tokens) {
   PlanInputs in;
   in.model_name = "transformer";
-  in.task = "language_model";
+  in.task = Task::kLanguageModel;
   in.parameters = params;
   in.non_embedding_parameters = params;
   in.forward_flops_per_sample = 2.0 * params;
@@ -372,7 +372,7 @@ TEST(PlanMemory, MemoryPlanAddsStateActivationsAndHostMemory) {
   EXPECT_EQ(j["host"]["process_base"], "--host-base");
   EXPECT_EQ(j["fits"], true);
   // bf16 halves the activations' elements; a small device does not hold the run.
-  m.bf16 = true;
+  m.precision = Precision::kBf16;
   p = make_memory_plan(m, "adam", 1e9, 0);
   EXPECT_DOUBLE_EQ(
       p.run_activation_bytes,

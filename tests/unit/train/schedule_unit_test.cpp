@@ -82,7 +82,7 @@ TEST(CheckpointSchedule, ReasonNames) {
 
 eval::EvalResult result_with(double loss, double accuracy) {
   eval::EvalResult r;
-  r.task = "classification";
+  r.task = Task::kClassification;
   r.loss = loss;
   r.accuracy = accuracy;
   return r;
@@ -154,13 +154,13 @@ TEST(EvalSchedule, ProgressSurvivesACheckpointAndOwesAnInterruptedEvaluation) {
 }
 
 TEST(EvalSchedule, MetricDefaultsByTask) {
-  EXPECT_EQ(eval::default_metric("classification"), eval::Metric::kAccuracy);
-  EXPECT_EQ(eval::default_metric("language_model"), eval::Metric::kLoss);
+  EXPECT_EQ(eval::default_metric(Task::kClassification), eval::Metric::kAccuracy);
+  EXPECT_EQ(eval::default_metric(Task::kLanguageModel), eval::Metric::kLoss);
   eval::EvalConfig c;
-  EXPECT_EQ(c.metric_for("classification"), eval::Metric::kAccuracy);
+  EXPECT_EQ(c.metric_for(Task::kClassification), eval::Metric::kAccuracy);
   c.metric_set = true;
   c.metric = eval::Metric::kLoss;
-  EXPECT_EQ(c.metric_for("classification"), eval::Metric::kLoss);
+  EXPECT_EQ(c.metric_for(Task::kClassification), eval::Metric::kLoss);
   EXPECT_TRUE(eval::higher_is_better(eval::Metric::kAccuracy));
   EXPECT_FALSE(eval::higher_is_better(eval::Metric::kPerplexity));
 }

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 
 /// The merge as JSON: {"directory", "files": [{rank, host, reason, time}], "missing": [ranks],
 /// "hangs": [{channel, seq, op, waiting_ranks, text, not_entered, desynchronised}],
@@ -21,9 +21,4 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir);
 /// The same for people: the attribution paragraphs, then a table per channel. Local.
 std::string flight_summary_text(const nlohmann::ordered_json& summary);
 
-/// Moves the flight files an earlier job left in RUN_DIR/flight into RUN_DIR/flight/previous
-/// (replacing what was there), so that a resumed run's files are not merged with them. Local
-/// (rank 0 at the start of a run); never throws (a warning says what failed).
-void set_aside_flight_files(const std::string& run_dir);
-
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 
 /// The summary as JSON: {"rows": [{step, rank, step_ms, compute_ms, comm_ms, hidden_ms,
 /// exposed_ms, data_wait_ms, other_ms}], "stragglers": [{step, rank, step_ms, spread_ms}]}.
@@ -20,4 +20,4 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir);
 /// The same as a table for people. Local.
 std::string trace_summary_text(const nlohmann::ordered_json& summary, const std::string& run_dir);
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

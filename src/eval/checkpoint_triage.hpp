@@ -1,7 +1,7 @@
 #pragma once
 // Private to the eval layer: what world rank 0 decides about one checkpoint before the ranks
-// evaluate it, and the file work behind that decision (manifest, stored config, data checksum,
-// existing result, verification). The plan travels to the other ranks as JSON.
+// evaluate it (its triage), and the file work behind that decision (manifest, stored config,
+// data checksum, existing result, verification). The decision travels to the other ranks as JSON.
 
 #include <cstdint>
 #include <map>
@@ -13,10 +13,17 @@
 
 namespace hpctrain::eval::detail {
 
-struct CheckpointPlan {
-  /// evaluate: go ahead; done: a result exists; gone: the directory vanished (retention);
-  /// bad: it does not verify; error: bad input that ends the command (code, message).
-  std::string status;
+/// What to do with a checkpoint.
+enum class Verdict {
+  kEvaluate,  ///< go ahead
+  kDone,      ///< a result exists (result_file)
+  kGone,      ///< the directory vanished (retention removed it)
+  kBad,       ///< it does not verify (message)
+  kError,     ///< bad input that ends the command (code, message)
+};
+
+struct CheckpointDecision {
+  Verdict verdict = Verdict::kEvaluate;
   std::string message;
   int code = 0;
   std::string dir;
@@ -28,6 +35,8 @@ struct CheckpointPlan {
   std::string data_path;  ///< as the config or --data names it
   std::string data_key;   ///< "data.val", "--data": named in messages
   std::uint64_t data_bytes = 0;
+  /// The arithmetic of the evaluation: --bf16 / --fp32, else run.precision of the stored config.
+  Precision precision = Precision::kFp32;
   EvalKey key;
   std::string result_file;  ///< the existing result (done)
   /// A compressed checkpoint: its manifest's trainer_state.compression record (else null).
@@ -40,7 +49,7 @@ struct CheckpointPlan {
   nlohmann::json training_cost;
 
   nlohmann::json to_json() const;
-  static CheckpointPlan from_json(const nlohmann::json& j);
+  static CheckpointDecision from_json(const nlohmann::json& j);
 };
 
 /// The training time behind the checkpoint of `step` of `run_dir`: the run's metrics.jsonl train
@@ -60,12 +69,12 @@ nlohmann::ordered_json cost_record(const nlohmann::json& training, double forwar
 std::string cost_line(const nlohmann::json& cost);
 
 /// World rank 0's side of the decisions. Local.
-class Planner {
+class CheckpointTriage {
  public:
-  explicit Planner(const OfflineOptions& options) : options_(options) {}
-  /// The plan for checkpoint directory `dir` of `run_dir`. Never throws for bad input: errors
-  /// become status "error" with the exit code, so every rank can throw the same one.
-  CheckpointPlan plan(const std::string& run_dir, const std::string& dir, ResultStore& store);
+  explicit CheckpointTriage(const OfflineOptions& options) : options_(options) {}
+  /// The decision on checkpoint directory `dir` of `run_dir`. Never throws for bad input: errors
+  /// become Verdict::kError with the exit code, so every rank can throw the same one.
+  CheckpointDecision decide(const std::string& run_dir, const std::string& dir, ResultStore& store);
 
  private:
   struct Digest {

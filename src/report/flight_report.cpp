@@ -1,4 +1,4 @@
-#include "hpctrain/train/flight_report.hpp"
+#include "hpctrain/report/flight_report.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -15,7 +15,7 @@
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -334,27 +334,4 @@ std::string flight_summary_text(const nlohmann::ordered_json& summary) {
   return text;
 }
 
-void set_aside_flight_files(const std::string& run_dir) {
-  const fs::path dir = fs::path(run_dir) / "flight";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return;
-  std::vector<fs::path> old;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().filename().string().rfind("rank-", 0) == 0) old.push_back(entry.path());
-  }
-  if (old.empty()) return;
-  const fs::path previous = dir / "previous";
-  fs::remove_all(previous, ec);
-  fs::create_directories(previous, ec);
-  for (const fs::path& p : old) {
-    fs::rename(p, previous / p.filename(), ec);
-    if (ec) {
-      log::warn(str("could not move the earlier job's flight file ", p.string(), " to ",
-                    previous.string(), ": ", ec.message()));
-      return;
-    }
-  }
-  log::info(str("moved ", old.size(), " flight file(s) of an earlier job to ", previous.string()));
-}
-
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

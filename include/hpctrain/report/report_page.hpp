@@ -8,10 +8,10 @@
 
 #include <string>
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 
 /// The report page of `run_dir` as HTML text. Throws ConfigError when `run_dir` is not a run
 /// directory (no metrics.jsonl and no config.yaml). Local.
 std::string render_report_page(const std::string& run_dir);
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

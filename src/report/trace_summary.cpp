@@ -1,4 +1,4 @@
-#include "hpctrain/train/trace_summary.hpp"
+#include "hpctrain/report/trace_summary.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -11,7 +11,7 @@
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 namespace {
 
 using Interval = std::pair<double, double>;  // microseconds
@@ -224,4 +224,4 @@ std::string trace_summary_text(const nlohmann::ordered_json& summary, const std:
   return out;
 }
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

@@ -1,4 +1,4 @@
-#include "checkpoint_plan.hpp"
+#include "checkpoint_triage.hpp"
 
 #include <sys/stat.h>
 
@@ -19,8 +19,9 @@ namespace hpctrain::eval::detail {
 
 namespace fs = std::filesystem;
 
-nlohmann::json CheckpointPlan::to_json() const {
-  return {{"status", status},
+nlohmann::json CheckpointDecision::to_json() const {
+  return {{"verdict", static_cast<int>(verdict)},
+          {"precision", static_cast<int>(precision)},
           {"message", message},
           {"code", code},
           {"dir", dir},
@@ -40,9 +41,10 @@ nlohmann::json CheckpointPlan::to_json() const {
           {"baseline_note", baseline_note}};
 }
 
-CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
-  CheckpointPlan p;
-  p.status = j.at("status").get<std::string>();
+CheckpointDecision CheckpointDecision::from_json(const nlohmann::json& j) {
+  CheckpointDecision p;
+  p.verdict = static_cast<Verdict>(j.at("verdict").get<int>());
+  p.precision = static_cast<Precision>(j.at("precision").get<int>());
   p.message = j.at("message").get<std::string>();
   p.code = j.at("code").get<int>();
   p.dir = j.at("dir").get<std::string>();
@@ -71,7 +73,8 @@ CheckpointPlan CheckpointPlan::from_json(const nlohmann::json& j) {
   return p;
 }
 
-const Planner::Digest& Planner::digest(const std::string& path, const std::string& key) {
+const CheckpointTriage::Digest& CheckpointTriage::digest(const std::string& path,
+                                                         const std::string& key) {
   struct stat st {};
   if (runtime::path_type(path) != runtime::PathType::kRegular || ::stat(path.c_str(), &st) != 0) {
     throw DataError(str(key, " = ", path, " does not exist or is not a regular file",
@@ -98,12 +101,12 @@ const Planner::Digest& Planner::digest(const std::string& path, const std::strin
   return digests_[path] = d;
 }
 
-CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
-                             ResultStore& store) {
-  CheckpointPlan p;
+CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const std::string& dir,
+                                            ResultStore& store) {
+  CheckpointDecision p;
   p.dir = dir;
   if (!fs::is_directory(dir)) {
-    p.status = "gone";
+    p.verdict = Verdict::kGone;
     p.message = str("checkpoint '", dir, "' does not exist");
     return p;
   }
@@ -112,14 +115,14 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     try {
       manifest = checkpoint::read_manifest(dir);
     } catch (const CheckpointError& e) {
-      p.status = fs::is_directory(dir) ? "bad" : "gone";
+      p.verdict = fs::is_directory(dir) ? Verdict::kBad : Verdict::kGone;
       p.message = e.what();
       return p;
     }
     p.step = manifest.at("step").get<std::int64_t>();
     const auto named = checkpoint::parse_step_dir_name(fs::path(dir).filename().string());
     if (named && *named != p.step) {
-      p.status = "bad";
+      p.verdict = Verdict::kBad;
       p.message = str("checkpoint '", dir, "' is named after step ", *named,
                       " but its manifest is of step ", p.step, " (copied or renamed?)");
       return p;
@@ -130,7 +133,7 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     if (manifest.at("files").contains("config.yaml")) {
       const std::string reason = checkpoint::verify_file(dir, manifest, "config.yaml");
       if (!reason.empty()) {
-        p.status = "bad";
+        p.verdict = Verdict::kBad;
         p.message = str("checkpoint '", dir, "' does not verify: ", reason);
         return p;
       }
@@ -140,7 +143,7 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     try {
       parsed.emplace(RunConfig::parse_stored(p.config_text, p.config_origin, dir));
     } catch (const CheckpointError& e) {
-      p.status = "bad";
+      p.verdict = Verdict::kBad;
       p.message = e.what();
       p.config_text.clear();
       return p;
@@ -174,8 +177,9 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     if (key.batch_size != std::to_string(config.eval_batch_size())) add_tag("bs" + key.batch_size);
     key.max_samples = options_.max_samples >= 0 ? options_.max_samples : config.eval_max_samples();
     if (key.max_samples != config.eval_max_samples()) add_tag(str("max", key.max_samples));
-    key.precision = options_.precision.empty() ? config.precision() : options_.precision;
-    if (key.precision != config.precision()) add_tag(key.precision);
+    p.precision = options_.precision.value_or(config.precision());
+    key.precision = precision_name(p.precision);
+    if (p.precision != config.precision()) add_tag(key.precision);
     const nlohmann::json state = manifest.value("trainer_state", nlohmann::json::object());
     if (state.is_object() && state.contains("compression")) {
       p.compression = state.at("compression");
@@ -201,17 +205,17 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     }
     key.tag = tag;
     if (!options_.force && store.has(key)) {
-      p.status = "done";
+      p.verdict = Verdict::kDone;
       p.result_file = store.step_file(key);
       return p;
     }
     const checkpoint::Verification v = checkpoint::verify(dir);
     if (!v.ok) {
-      p.status = fs::is_directory(dir) ? "bad" : "gone";
+      p.verdict = fs::is_directory(dir) ? Verdict::kBad : Verdict::kGone;
       p.message = str("checkpoint '", dir, "' does not verify: ", v.reason);
       return p;
     }
-    p.status = "evaluate";
+    p.verdict = Verdict::kEvaluate;
     p.consumed_samples = manifest.value("consumed_samples", std::int64_t{0});
     // A compressed checkpoint cost what its float32 source cost.
     std::string trained_in = run_dir;
@@ -225,16 +229,16 @@ CheckpointPlan Planner::plan(const std::string& run_dir, const std::string& dir,
     }
     p.training_cost = training_cost(trained_in, p.step, trained_on);
   } catch (const Error& e) {
-    p.status = "error";
+    p.verdict = Verdict::kError;
     p.message = e.what();
     p.code = e.exit_code();
   } catch (const std::exception& e) {
     // Only the manifest's fields are read here, and parse_manifest checked their types.
-    p.status = "bad";
+    p.verdict = Verdict::kBad;
     p.message =
         str("checkpoint '", dir, "' does not verify: ", checkpoint::kManifestFile, ": ", e.what());
   }
-  if (p.status == "error" || p.status == "bad") p.config_text.clear();
+  if (p.verdict == Verdict::kError || p.verdict == Verdict::kBad) p.config_text.clear();
   return p;
 }
 

@@ -1,4 +1,4 @@
-#include "hpctrain/train/report_page.hpp"
+#include "hpctrain/report/report_page.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,14 +7,16 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <vector>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/task.hpp"
 
-namespace hpctrain::train {
+namespace hpctrain::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -300,8 +302,10 @@ std::string render_report_page(const std::string& run_dir) {
     if (r.value("type", "") == "end") end_reason = r.value("reason", "");
   }
   if (task.empty() && ledger.contains("model")) task = ledger["model"].value("task", "");
-  std::string metric = task == "classification" || task.empty() ? "accuracy" : "loss";
-  if (task == "language_model") metric = "perplexity";
+  // A run's records name its task; one that names none reads as a classifier.
+  const std::optional<Task> kind = task_from_name(task);
+  std::string metric = task.empty() || kind == Task::kClassification ? "accuracy" : "loss";
+  if (kind == Task::kLanguageModel) metric = "perplexity";
   if (!offline.empty() && offline.back().contains("metric") &&
       offline.back()["metric"].is_string()) {
     metric = offline.back()["metric"].get<std::string>();
@@ -485,4 +489,4 @@ std::string render_report_page(const std::string& run_dir) {
   return html;
 }
 
-}  // namespace hpctrain::train
+}  // namespace hpctrain::report

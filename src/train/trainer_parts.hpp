@@ -1,0 +1,84 @@
+#pragma once
+// What a training run is made of, built once by TrainerBuilder (trainer_builder.hpp) and driven by
+// Trainer::run: the config, the data, the model, the data-parallel machinery, the optimizer, the
+// step runner, the checkpointer and the evaluation schedule. Private to the train layer.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "debug_hooks.hpp"
+#include "hpctrain/checkpoint/checkpointer.hpp"
+#include "hpctrain/comm/environment.hpp"
+#include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/sampler.hpp"
+#include "hpctrain/eval/eval_schedule.hpp"
+#include "hpctrain/model/model.hpp"
+#include "hpctrain/parallel/data_parallel_shards.hpp"
+#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/gradient_finalizer.hpp"
+#include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/runtime/runtime.hpp"
+#include "hpctrain/train/loss_scaler.hpp"
+#include "hpctrain/train/optimizer.hpp"
+#include "hpctrain/train/train_config.hpp"
+#include "hpctrain/train/trainer.hpp"
+#include "trainer_steps.hpp"
+
+namespace hpctrain::train {
+
+/// The data-parallel machinery over the model's parameters: the flat buffers, the gradient
+/// synchronisation during backward, this rank's shards of the optimizer state
+/// (parallel.shard_optimizer; null otherwise) and every post-backward reconciliation.
+struct DataParallelParts {
+  std::unique_ptr<parallel::FlatParameters> flat;
+  std::unique_ptr<parallel::GradientSynchronizer> sync;
+  std::unique_ptr<parallel::DataParallelShards> shards;
+  std::unique_ptr<parallel::GradientFinalizer> finalizer;
+
+  /// Completes a parameter gather still running into the next forward (sharded optimizer state):
+  /// before anything but the training forward reads the parameters. Local.
+  void parameters_ready() {
+    if (shards) shards->wait_parameters();
+  }
+  /// Communication slices per step on the trace's lanes: per bucket a reduce-scatter, an
+  /// all-gather and a gather wait when sharded, else an all-reduce. Local.
+  std::int64_t trace_slices_per_step() const {
+    return static_cast<std::int64_t>(sync->bucket_sizes().size()) * (shards ? 3 : 1);
+  }
+};
+
+/// Every part of a run. Local value type; the environment's runtime and grid outlive it.
+struct TrainerParts {
+  explicit TrainerParts(comm::Environment e) : env(std::move(e)) {}
+  ~TrainerParts() {
+    if (model) model->set_parameter_wait(nullptr);  // it points at the shards, destroyed first
+  }
+
+  TrainConfig cfg;
+  comm::Environment env;
+  DebugHooks debug;
+  std::string config_text;       ///< the resolved config, stored in run.dir and every checkpoint
+  std::int64_t micro_batch = 0;  ///< per rank
+  std::int64_t global_batch = 0;
+  std::int64_t total_steps = 0;
+  std::unique_ptr<data::Dataset> train_data;
+  std::unique_ptr<data::Dataset> val_data;
+  std::unique_ptr<data::TrainSampler> sampler;
+  torch::Device device{torch::kCPU};
+  std::shared_ptr<model::Model> model;
+  DataParallelParts dp;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<StepRunner> steps;
+  std::unique_ptr<checkpoint::Checkpointer> checkpoints;
+  std::unique_ptr<eval::EvalSchedule> evals;
+  TrainerState state;
+  std::string resumed_from;  ///< checkpoint directory, if the run resumed
+
+  bool is_rank0() const { return env.runtime.world_rank() == 0; }
+  /// Tokens per sample: the sequence length of a language model's data, else 1. Local.
+  std::int64_t tokens_per_sample() const;
+};
+
+}  // namespace hpctrain::train
