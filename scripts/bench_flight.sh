@@ -7,22 +7,17 @@
 # time. Never a test: timings depend on the machine; on a shared machine compare the ratios.
 #
 #   scripts/bench_flight.sh [ROUNDS]          # STEPS=8 WARMUP=2 by default
-set -euo pipefail
-cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 rounds=${1:-3}
 steps=${STEPS:-8}
 warmup=${WARMUP:-2}
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
 config=configs/gpt-small-tp2.yaml
 py=/usr/bin/python3
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
-if [[ ! -f data/text/train.h5 ]]; then
-  echo "# data/text missing: preparing Debian's fortunes into data/text" >&2
-  "$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out data/text
-fi
-flags=(--bind-to core)
-[[ $(id -u) == 0 ]] && flags+=(--allow-run-as-root)
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+require_bin
+fortunes_text data/text
+mpi_flags --bind-to core
+one_thread_per_rank
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -35,7 +30,7 @@ for ((round = 1; round <= rounds; round++)); do
   order=(2000 0)
   ((round % 2 == 0)) && order=(0 2000)
   for records in "${order[@]}"; do
-    mpirun "${flags[@]}" -np 2 "$bin" -q --threads 1 bench train -c "$config" \
+    mpirun "${MPI_FLAGS[@]}" -np 2 "$bin" -q --threads 1 bench train -c "$config" \
       --set run.max_steps="$steps" --set run.dir="$tmp/run-$records" \
       --set logging.flight_records="$records" --warmup-steps "$warmup" --json \
       >"$tmp/$records.$round.json"

@@ -8,18 +8,16 @@
 #
 #   scripts/bench_many_files.sh                    # 1,000 token shards and 1,000 image shards
 #   FILES=1000 RANKS="1 2" REPEATS=3 KINDS="tokens images" scripts/bench_many_files.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 files=${FILES:-1000}
 ranks_list=${RANKS:-1 2}
 repeats=${REPEATS:-3}
 kinds=${KINDS:-tokens images}
 py=/usr/bin/python3
 
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
-mpi_flags=(--oversubscribe --bind-to none)
-[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
+require_bin
+mpi_flags --oversubscribe --bind-to none
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -67,7 +65,7 @@ PY
     for ((i = 0; i < repeats; i++)); do
       args=(bench data --file "$dir/*.h5" --batch 4 --steps 1 --warmup 0 --prefetch 0 --json)
       [[ $kind == tokens ]] && args+=(--seq-len 16)
-      mpirun "${mpi_flags[@]}" -np "$ranks" "$bin" -q "${args[@]}" >"$tmp/out.json"
+      mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$bin" -q "${args[@]}" >"$tmp/out.json"
       s=$($py -c "import json,sys; j=json.load(open(sys.argv[1])); assert j['files']==$files, j['files']; print(j['open_seconds'])" "$tmp/out.json")
       best=$($py -c "import sys; a=sys.argv[1]; print(min(float(a), $s) if a else $s)" "$best")
     done

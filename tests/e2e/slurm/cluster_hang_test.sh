@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Which rank, which operation across two nodes of a real two-node Slurm (scripts/slurm-cluster.sh;
+# Which rank, which operation across two nodes of a real two-node Slurm (scripts/slurm-sandbox.sh --nodes 2;
 # issue 29): rank 3, on node n2, stops in backward. Under srun the job ends with 7 and one message
 # for the job names rank 3, its node as Slurm calls it (n2) and its phase; every rank on both nodes
 # writes its flight file and `hpctrain trace flight` names the same rank. Under jobs/train.sbatch
