@@ -252,6 +252,8 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     runtime::remove_abort_hook(abort_hook_);
     timeline_.reset();  // before the stream goes
+    for (const InFlight& f : inflight_) destroy(f.times);
+    if (anchor_) cudaEventDestroy(anchor_);
     ncclComm_t comm = owner_->exchange(nullptr);
     if (comm && stream_) cudaStreamSynchronize(stream_);  // aborted: its kernels never finish
     if (comm) ncclCommDestroy(comm);
@@ -391,11 +393,50 @@ class NcclCommunicator final : public Communicator {
   // The collective is numbered on the group's channel and recorded in the flight recorder here:
   // on a GPU "entered" means queued by the host; it counts as completed once the host sees its
   // completion event fired (checked, without waiting, at each later collective).
+  //
+  // With the flight recorder on, a collective also records two CUDA timing events on the stream
+  // (where the stream reaches it, and where it finished); once the host sees it completed, their
+  // elapsed times to an anchor event, recorded on the idle stream at the communicator's first
+  // collective with the host clock read around it, become the record's start and end on the
+  // host's steady clock. Nothing waits for them. (cudaEventElapsedTime is a float of ms: after
+  // ten hours the times are good to a few milliseconds.)
+  struct DeviceTimes {
+    cudaEvent_t started = nullptr;
+    cudaEvent_t ended = nullptr;
+  };
   struct Entered {
     StreamTimeline::Pending traced;
     runtime::IssuedOp issued;
+    DeviceTimes times;
   };
+  // A timing event recorded on the stream now (nullptr when the flight recorder is off).
+  cudaEvent_t timing_event(std::int64_t record) {
+    if (record < 0) return nullptr;
+    cudaEvent_t event;
+    HPCTRAIN_CUDA_CHECK(cudaEventCreate(&event));
+    HPCTRAIN_CUDA_CHECK(cudaEventRecord(event, stream_));
+    return event;
+  }
+  // The anchor on the idle stream and the host time it fired at: recorded once. Host thread.
+  void anchor() {
+    if (anchor_) return;
+    HPCTRAIN_CUDA_CHECK(cudaEventCreate(&anchor_));
+    const auto before = std::chrono::steady_clock::now();
+    HPCTRAIN_CUDA_CHECK(cudaEventRecord(anchor_, stream_));
+    HPCTRAIN_CUDA_CHECK(cudaEventSynchronize(anchor_));
+    const auto after = std::chrono::steady_clock::now();
+    anchor_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     (before.time_since_epoch() + after.time_since_epoch()) / 2)
+                     .count();
+  }
+  // Steady-clock nanoseconds of a fired timing event (-1 when it cannot be read).
+  std::int64_t device_ns(cudaEvent_t event) const {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, anchor_, event) != cudaSuccess) return -1;
+    return anchor_ns_ + static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+  }
   Entered enter(const char* name, const torch::Tensor& buffer) {
+    if (size_ > 1 && runtime::FlightRecorder::capacity() > 0) anchor();  // the stream is idle
     cudaEvent_t ready;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(ready, nullptr));
@@ -410,6 +451,7 @@ class NcclCommunicator final : public Communicator {
                                  c10::toString(buffer.scalar_type()));
     if (channel_) channel_->enter(e.issued.seq, name);
     runtime::FlightRecorder::record_start(e.issued.record);
+    e.times.started = timing_event(e.issued.record);
     numbered_.store(e.issued.seq);
     e.traced = timeline_->begin(name, bytes);
     return e;
@@ -419,24 +461,46 @@ class NcclCommunicator final : public Communicator {
     cudaEvent_t done;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(done, stream_));
+    DeviceTimes times = entered.times;
+    if (times.started) times.ended = timing_event(entered.issued.record);
     auto work = std::make_shared<NcclWork>(done);
     last_ = work;
     if (entered.issued.seq > 0) {
       std::lock_guard<std::mutex> lock(inflight_mutex_);
-      inflight_.emplace_back(entered.issued, work);
+      inflight_.push_back({entered.issued, work, times});
+    } else {
+      destroy(times);
     }
     return work;
   }
   // Marks the collectives whose completion event fired as completed, oldest first.
   void reap() {
     std::lock_guard<std::mutex> lock(inflight_mutex_);
-    while (!inflight_.empty() && inflight_.front().second->done()) {
-      const runtime::IssuedOp& op = inflight_.front().first;
+    while (!inflight_.empty() && inflight_.front().work->done()) {
+      const InFlight& f = inflight_.front();
+      const runtime::IssuedOp& op = f.issued;
       if (op.channel) op.channel->complete(op.seq, op.op);
       runtime::FlightRecorder::record_end(op.record, true);
+      if (f.times.started && f.times.ended) {
+        const std::int64_t start = device_ns(f.times.started);
+        const std::int64_t end = device_ns(f.times.ended);
+        if (start >= 0 && end >= start) {
+          runtime::FlightRecorder::record_device_times(op.record, start, end);
+        }
+      }
+      destroy(f.times);
       inflight_.pop_front();
     }
   }
+  static void destroy(const DeviceTimes& times) {
+    if (times.started) cudaEventDestroy(times.started);
+    if (times.ended) cudaEventDestroy(times.ended);
+  }
+  struct InFlight {
+    runtime::IssuedOp issued;
+    std::shared_ptr<NcclWork> work;
+    DeviceTimes times;
+  };
 
   MPI_Comm mpi_comm_;
   std::string name_;
@@ -452,7 +516,9 @@ class NcclCommunicator final : public Communicator {
   runtime::Channel* channel_ = nullptr;
   std::atomic<std::uint64_t> numbered_{0};  // the last number issued (the barrier's watchdog)
   std::mutex inflight_mutex_;
-  std::deque<std::pair<runtime::IssuedOp, std::shared_ptr<NcclWork>>> inflight_;
+  std::deque<InFlight> inflight_;
+  cudaEvent_t anchor_ = nullptr;  // the device times' reference (flight records)
+  std::int64_t anchor_ns_ = 0;
 };
 
 }  // namespace

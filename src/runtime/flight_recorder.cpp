@@ -49,6 +49,7 @@ struct Record {
   std::atomic<std::int64_t> start_ns{0};
   std::atomic<std::int64_t> end_ns{0};
   std::atomic<std::uint8_t> state{kQueued};
+  std::atomic<bool> device_timed{false};  // start and end from CUDA events
 };
 
 struct Ring {
@@ -179,7 +180,9 @@ std::string flight_json(DumpReason reason, int world_rank, const std::string& ho
                ", \"state\": ", quoted(state_name(state)),
                ", \"enqueued\": ", number(unix_of(r.enqueue_ns.load(std::memory_order_relaxed))),
                ", \"started\": ", state >= kStarted && start ? number(unix_of(start)) : "null",
-               ", \"ended\": ", state >= kCompleted && end ? number(unix_of(end)) : "null", "}");
+               ", \"ended\": ", state >= kCompleted && end ? number(unix_of(end)) : "null",
+               ", \"clock\": ",
+               r.device_timed.load(std::memory_order_relaxed) ? "\"device\"" : "\"host\"", "}");
     first = false;
   }
   out += "],\n \"peers\": [";
@@ -343,6 +346,7 @@ std::int64_t FlightRecorder::record_issue(Channel* channel, std::uint64_t seq, c
   r.enqueue_ns.store(now_ns(), std::memory_order_relaxed);
   r.start_ns.store(0, std::memory_order_relaxed);
   r.end_ns.store(0, std::memory_order_relaxed);
+  r.device_timed.store(false, std::memory_order_relaxed);
   r.state.store(kQueued, std::memory_order_relaxed);
   r.id.store(id, std::memory_order_release);
   return id;
@@ -359,6 +363,16 @@ void FlightRecorder::record_end(std::int64_t id, bool ok) {
   if (Record* r = find(id)) {
     r->end_ns.store(now_ns(), std::memory_order_relaxed);
     r->state.store(ok ? kCompleted : kFailed, std::memory_order_relaxed);
+  }
+}
+
+void FlightRecorder::record_device_times(std::int64_t id, std::int64_t start_ns,
+                                         std::int64_t end_ns) {
+  if (Record* r = find(id)) {
+    r->start_ns.store(start_ns, std::memory_order_relaxed);
+    r->end_ns.store(end_ns, std::memory_order_relaxed);
+    r->device_timed.store(true, std::memory_order_relaxed);
+    r->state.store(kCompleted, std::memory_order_relaxed);
   }
 }
 

@@ -66,6 +66,10 @@ class FlightRecorder {
   /// The operation started / ended (`ok` false: it failed with an error). Local, lock-free.
   static void record_start(std::int64_t id);
   static void record_end(std::int64_t id, bool ok);
+  /// The operation ran on a device from `start_ns` to `end_ns` (steady-clock nanoseconds, from
+  /// CUDA timing events on the communicator's stream) and completed: these replace the host's
+  /// start and end, and the record says "clock": "device". Local, lock-free.
+  static void record_device_times(std::int64_t id, std::int64_t start_ns, std::int64_t end_ns);
 };
 
 /// Moves the flight files an earlier job left in RUN_DIR/flight into RUN_DIR/flight/previous

@@ -115,6 +115,10 @@ assert reasons[1] == "SIGUSR2", reasons
 assert all(reasons[r] == "requested by another rank" for r in (0, 2, 3)), reasons
 records = json.load(open(f"{sys.argv[1]}/rank-2.json"))["records"]
 assert len(records) > 10 and any(r["op"] == "all_reduce" and r["channel"] == "dp" for r in records), records[:3]
+# On the CPU every record is timed by the host (the GPU's come from CUDA events: "device").
+assert all(r["clock"] == "host" for r in records), records[:3]
+done = [r for r in records if r["state"] == "completed"]
+assert done and all(r["enqueued"] <= r["started"] <= r["ended"] for r in done), done[:3]
 PY
   rm -f "$TMP"/usr2/flight/rank-*.json
   kill -USR1 "${pid_of[@]}"
