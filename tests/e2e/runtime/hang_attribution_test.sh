@@ -62,8 +62,10 @@ assert any(h["not_entered"] == [3] for h in j["hangs"]), j["hangs"]
 PY
 end_leftovers "$TMP/sleep"
 
-# 2. Rank 3 stops itself (SIGSTOP) in backward: named from its last heard position.
-expect_exit 7 "$TMP/stop.txt" mpirun_np 4 "${train[@]}" --set "run.dir=$TMP/stop" \
+# 2. Rank 3 stops itself (SIGSTOP) in backward: named from its last heard position, on the host
+# as Slurm names it (SLURMD_NODENAME, here unlike the machine's hostname).
+host=sim-node-7
+SLURMD_NODENAME=$host expect_exit 7 "$TMP/stop.txt" mpirun_np 4 "${train[@]}" --set "run.dir=$TMP/stop" \
   --set debug.hang_step=150 --set debug.hang_rank=3 --set debug.hang_mode=stop
 one_report "$TMP/stop.txt"
 expect_grep "error: collective .* for rank 3 on $host, which is in $phase at step [0-9]+ since [^;]*last heard [0-9.]+ s ago: it stopped sending heartbeats" "$TMP/stop.txt"
@@ -71,6 +73,7 @@ flight_files "$TMP/stop" 0 1 2
 expect_exit 0 "$TMP/stop-flight.txt" "$HPCTRAIN_BIN" trace flight "$TMP/stop"
 expect_grep "^hang: .* for rank 3 on $host, which is in $phase at step [0-9]+" "$TMP/stop-flight.txt"
 end_leftovers "$TMP/stop"
+host=$(hostname)
 
 # 3. Rank 1 enters a world barrier where the others enter the stop agreement's all-reduce.
 expect_exit 7 "$TMP/desync.txt" mpirun_np 4 "${train[@]}" --set "run.dir=$TMP/desync" \
