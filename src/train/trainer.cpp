@@ -83,7 +83,7 @@ struct Trainer::Impl : TrainerParts {
              StepLog& steps_log);
   /// One step's forward, backward and update over `micro`; its compute time told to the
   /// straggler detector. Collective.
-  StepResult train_step(const std::vector<data::Batch>& micro, StepLog& steps_log);
+  StepResult train_step(std::vector<data::Batch>& micro, StepLog& steps_log);
   /// The state after a step's update: the stream position, the step count. Local.
   void advance(const StepResult& r, const data::SamplerState& position, const StepClock& clock);
   /// What this rank brings to the stop agreement after `step`. Local.
@@ -253,7 +253,7 @@ void Trainer::Impl::fetch(data::TrainLoader& loader, std::vector<data::Batch>& m
   steps_log.data_wait(waited);
 }
 
-StepResult Trainer::Impl::train_step(const std::vector<data::Batch>& micro, StepLog& steps_log) {
+StepResult Trainer::Impl::train_step(std::vector<data::Batch>& micro, StepLog& steps_log) {
   const double cpu_before = thread_cpu_seconds();
   StepResult r = steps->step(micro, state.step, total_steps, phases);
   // On the CPU a step's compute is the training thread's CPU time: what the work costs, not how
