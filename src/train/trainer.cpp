@@ -18,8 +18,8 @@
 #include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
-#include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/data/train_loader.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
@@ -199,6 +199,13 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
     throw ConfigError(str("parallel.tp = ", cfg.parallel.tp, " but the process grid has tp = ",
                           grid.tp_size(), ": build the grid from the same config"));
   }
+  if (cfg.parallel.pp != grid.pp_size()) {
+    throw ConfigError(str("parallel.pp = ", cfg.parallel.pp, " but the process grid has pp = ",
+                          grid.pp_size(), ": build the grid from the same config"));
+  }
+  if (grid.pp_size() > 1) {  // the executor lands in a later commit
+    throw ConfigError("parallel.pp > 1: training with pipeline stages is not available yet");
+  }
   if (cfg.run.precision == Precision::kFp16 && m.env.device.cuda_index < 0) {
     throw ConfigError(
         "run.precision = fp16 needs a CUDA device: LibTorch's CPU autocast has bfloat16 only. "
@@ -237,8 +244,8 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   // What reading takes in memory, from the metadata, before a batch is allocated: a shape that
   // declares samples beyond memory is exit 3 with the figure (docs/DATA.md, "Memory").
   data::check_reader_memory(
-      data::reader_memory(m.train_data->info(), m.micro_batch, cfg.data.prefetch), 0,
-      "data.train", m.train_data->info());
+      data::reader_memory(m.train_data->info(), m.micro_batch, cfg.data.prefetch), 0, "data.train",
+      m.train_data->info());
   if (m.val_data) {
     data::check_reader_memory(
         data::reader_memory(m.val_data->info(), cfg.eval.batch_size, cfg.data.prefetch), 0,
@@ -348,8 +355,8 @@ void Trainer::Impl::resume(const std::string& resume) {
   const auto& ts = loaded.trainer_state;
   state = TrainerState::from_json(ts);
   // The same broadcast manifest and data on every rank: every rank finds the same problems.
-  const auto problems = resume_state_problems(
-      loaded.manifest, {sampler->num_samples(), env.runtime.world_size()});
+  const auto problems =
+      resume_state_problems(loaded.manifest, {sampler->num_samples(), env.runtime.world_size()});
   if (!problems.empty()) {
     std::string list;
     for (const auto& p : problems) list += (list.empty() ? "" : "; ") + p;
