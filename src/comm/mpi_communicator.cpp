@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
+#include <thread>
+#include <vector>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -114,6 +116,17 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, bool async_thr
   HPCTRAIN_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   HPCTRAIN_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   trace_lane_ = runtime::trace::lane("comm " + name_);
+  // Group rank -> world rank, so a message about a peer names the rank users see in logs.
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  HPCTRAIN_MPI_CHECK(MPI_Comm_group(comm_, &group));
+  HPCTRAIN_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> ranks(static_cast<std::size_t>(size_));
+  for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  world_ranks_.assign(static_cast<std::size_t>(size_), MPI_UNDEFINED);
+  HPCTRAIN_MPI_CHECK(
+      MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks_.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -355,6 +368,108 @@ torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, Reduc
   }
   if (op == ReduceOp::kAvg) output.div_(size_);
   return is_half_type(dtype) ? output.to(dtype) : output;
+}
+
+std::string MpiCommunicator::describe_peers(const std::vector<P2PMessage>& batch) const {
+  std::string text;
+  for (const P2PMessage& m : batch) {
+    const bool send = m.kind == P2PMessage::Kind::kSend;
+    const int world = m.peer >= 0 && m.peer < size_ ? world_ranks_[static_cast<std::size_t>(m.peer)]
+                                                    : MPI_UNDEFINED;
+    text += str(text.empty() ? "" : ", ", send ? "send to" : "recv from", " group rank ", m.peer,
+                world == MPI_UNDEFINED ? std::string() : str(" = world rank ", world));
+  }
+  return text;
+}
+
+WorkHandle MpiCommunicator::send_recv_async(std::vector<P2PMessage> batch) {
+  std::int64_t bytes = 0;
+  for (const P2PMessage& m : batch) {
+    const char* what = m.kind == P2PMessage::Kind::kSend ? "send" : "recv";
+    check_cpu(m.tensor, what, name_);
+    if (m.peer < 0 || m.peer >= size_ || m.peer == rank_) {
+      throw CommError(str(what, " on group ", name_, ": peer ", m.peer, " is not another rank of ",
+                          "the group (ranks 0..", size_ - 1, ", this one ", rank_, ")"));
+    }
+    if (!m.tensor.is_contiguous()) {
+      throw CommError(str(what, " on group ", name_, ": the tensor must be contiguous, got ",
+                          m.tensor.sizes(), " with strides ", m.tensor.strides(),
+                          "; pass .contiguous()"));
+    }
+    bytes += static_cast<std::int64_t>(byte_size(m.tensor));
+  }
+  std::string peers = describe_peers(batch);
+  return enqueue(
+      [this, batch = std::move(batch), peers = std::move(peers)]() { send_recv_now(batch, peers); },
+      "send_recv", bytes);
+}
+
+namespace {
+
+// A message of `bytes` bytes as MPI messages of at most kMaxCount bytes (offset, count); one
+// empty piece for an empty message. Both sides cut a message of one size alike, and pieces
+// between one pair of ranks on one tag arrive in the order they were posted.
+std::vector<std::pair<std::int64_t, int>> pieces(std::int64_t bytes) {
+  std::vector<std::pair<std::int64_t, int>> out;
+  std::int64_t offset = 0;
+  do {
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - offset));
+    out.emplace_back(offset, n);
+    offset += n;
+  } while (offset < bytes);
+  return out;
+}
+
+}  // namespace
+
+void MpiCommunicator::send_recv_now(const std::vector<P2PMessage>& batch,
+                                    const std::string& peers) {
+  if (batch.empty()) return;
+  std::size_t total = 0;
+  std::vector<MPI_Request> requests;
+  std::vector<int> expected;  // per request: the bytes a receive must get (-1: a send)
+  for (const P2PMessage& m : batch) {
+    auto* data = static_cast<char*>(m.tensor.data_ptr());
+    const auto size = static_cast<std::int64_t>(byte_size(m.tensor));
+    total += static_cast<std::size_t>(size);
+    for (const auto& [offset, n] : pieces(size)) {
+      requests.emplace_back();
+      if (m.kind == P2PMessage::Kind::kSend) {
+        HPCTRAIN_MPI_CHECK(
+            MPI_Isend(data + offset, n, MPI_BYTE, m.peer, 0, comm_, &requests.back()));
+        expected.push_back(-1);
+      } else {
+        HPCTRAIN_MPI_CHECK(
+            MPI_Irecv(data + offset, n, MPI_BYTE, m.peer, 0, comm_, &requests.back()));
+        expected.push_back(n);
+      }
+    }
+  }
+  runtime::Watchdog::Scope watch("send_recv", name_.c_str(), total, peers);
+  // A short spin catches a neighbour that is already there; after that, short sleeps (doubling to
+  // 100 us) leave the cores to computing ranks while this one waits for its neighbour.
+  const int count = static_cast<int>(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  long delay_us = 0;
+  for (;;) {
+    int done = 0;
+    HPCTRAIN_MPI_CHECK(MPI_Testall(count, requests.data(), &done, statuses.data()));
+    if (done) break;
+    if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    delay_us = delay_us == 0 ? 1 : std::min(delay_us * 2, 100L);
+  }
+  // A receive must be filled exactly: a shorter message means the two sides disagree on what
+  // travels (a longer one is MPI's truncation error above).
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (expected[i] < 0) continue;
+    int got = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+    if (got != expected[i]) {
+      throw CommError(str("recv on group ", name_, " from group rank ", statuses[i].MPI_SOURCE,
+                          ": got ", got, " bytes, expected ", expected[i],
+                          ": the two ranks disagree on the message (shape or dtype)"));
+    }
+  }
 }
 
 void MpiCommunicator::barrier() {

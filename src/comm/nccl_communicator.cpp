@@ -361,6 +361,41 @@ class NcclCommunicator final : public Communicator {
     if (last_) last_->wait();
   }
 
+  // One NCCL group of sends and receives on the communicator's stream: NCCL matches the messages
+  // between two ranks in the order they are posted, and the group lets a rank send to and
+  // receive from its neighbours at once without either waiting for the other.
+  WorkHandle send_recv_async(std::vector<P2PMessage> batch) override {
+    std::int64_t bytes = 0;
+    for (const P2PMessage& m : batch) {
+      const char* what = m.kind == P2PMessage::Kind::kSend ? "send" : "recv";
+      check(m.tensor, what);
+      if (m.peer < 0 || m.peer >= size_ || m.peer == rank_) {
+        throw CommError(str(what, " on group ", name_, ": peer ", m.peer,
+                            " is not another rank of the group (ranks 0..", size_ - 1,
+                            ", this one ", rank_, ")"));
+      }
+      if (!m.tensor.is_contiguous()) {
+        throw CommError(str(what, " on group ", name_, ": the tensor must be contiguous"));
+      }
+      bytes += static_cast<std::int64_t>(m.tensor.numel()) * m.tensor.element_size();
+    }
+    const auto traced = enter_bytes("send_recv", bytes);
+    HPCTRAIN_NCCL_CHECK(ncclGroupStart());
+    for (const P2PMessage& m : batch) {
+      // As bytes: the two sides agree on sizes, not on how the bytes are typed.
+      const auto count = static_cast<size_t>(m.tensor.numel() * m.tensor.element_size());
+      if (m.kind == P2PMessage::Kind::kSend) {
+        HPCTRAIN_NCCL_CHECK(
+            ncclSend(m.tensor.data_ptr(), count, ncclUint8, m.peer, comm_, stream_));
+      } else {
+        HPCTRAIN_NCCL_CHECK(
+            ncclRecv(m.tensor.data_ptr(), count, ncclUint8, m.peer, comm_, stream_));
+      }
+    }
+    HPCTRAIN_NCCL_CHECK(ncclGroupEnd());
+    return leave(traced);
+  }
+
  private:
   void check(const torch::Tensor& t, const char* operation) const {
     if (!t.defined() || !t.is_cuda()) {
@@ -383,14 +418,17 @@ class NcclCommunicator final : public Communicator {
   // trace window open, marks where the collective `name` on `buffer` starts on the stream, for
   // leave().
   StreamTimeline::Pending enter(const char* name, const torch::Tensor& buffer) {
+    return enter_bytes(name, static_cast<std::int64_t>(buffer.numel()) *
+                                 static_cast<std::int64_t>(buffer.element_size()));
+  }
+  StreamTimeline::Pending enter_bytes(const char* name, std::int64_t bytes) {
     cudaEvent_t ready;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(ready, nullptr));
     HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
     cudaEventDestroy(ready);
     if (size_ == 1) return {};  // nothing travels: no communication to show
-    return timeline_->begin(name, static_cast<std::int64_t>(buffer.numel()) *
-                                      static_cast<std::int64_t>(buffer.element_size()));
+    return timeline_->begin(name, bytes);
   }
   std::shared_ptr<NcclWork> leave(const StreamTimeline::Pending& traced) {
     timeline_->end(traced);

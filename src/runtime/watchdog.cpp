@@ -32,6 +32,7 @@ struct Slot {
   const char* group = nullptr;
   std::size_t bytes = 0;
   Clock::time_point since;
+  std::string detail;  // point-to-point: the peers
 };
 
 struct State {
@@ -60,18 +61,22 @@ void monitor_loop() {
       if (!slot.busy) continue;
       double waited = std::chrono::duration<double>(now - slot.since).count();
       if (waited < s.timeout_s) continue;
+      const std::string detail = slot.detail.empty() ? std::string() : ", " + slot.detail;
       log::error(str("collective ", slot.operation, " on the ", slot.group, " group (",
-                     format_bytes(static_cast<double>(slot.bytes)), ") has not completed after ",
-                     format_seconds(waited), " (timeout ", format_seconds(s.timeout_s),
+                     format_bytes(static_cast<double>(slot.bytes)), detail,
+                     ") has not completed after ", format_seconds(waited), " (timeout ",
+                     format_seconds(s.timeout_s),
                      "). Another rank has probably failed, been killed, or is running a "
                      "different command; check the other ranks' messages above. Raise the limit "
                      "with --collective-timeout or HPCTRAIN_COLLECTIVE_TIMEOUT if the wait is "
                      "legitimate. Aborting the job."));
+      // Built before the lock goes: the slot may be released and reused after.
+      const std::string outcome =
+          str("collective ", slot.operation, " on the ", slot.group, " group",
+              slot.detail.empty() ? std::string() : " (" + slot.detail + ")",
+              " has not completed after ", format_seconds(waited));
       lock.unlock();
-      write_outcome(kExitHang,
-                    str("collective ", slot.operation, " on the ", slot.group,
-                        " group has not completed after ", format_seconds(waited)),
-                    -1);
+      write_outcome(kExitHang, outcome, -1);
       abort_job(kExitHang);
     }
   }
@@ -105,13 +110,17 @@ double Watchdog::timeout() {
   return state().timeout_s;
 }
 
-Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes) {
+Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes)
+    : Scope(operation, group, bytes, std::string()) {}
+
+Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes,
+                       std::string detail) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.running) return;
   for (int i = 0; i < kSlots; ++i) {
     if (!s.slots[i].busy) {
-      s.slots[i] = Slot{true, operation, group, bytes, Clock::now()};
+      s.slots[i] = Slot{true, operation, group, bytes, Clock::now(), std::move(detail)};
       slot_ = i;
       return;
     }

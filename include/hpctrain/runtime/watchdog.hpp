@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace hpctrain::runtime {
 
@@ -22,6 +23,9 @@ class Watchdog {
   class Scope {
    public:
     Scope(const char* operation, const char* group, std::size_t bytes);
+    /// The same, with `detail` added to the report (the peers of a point-to-point batch: "recv
+    /// from group rank 1 = world rank 3").
+    Scope(const char* operation, const char* group, std::size_t bytes, std::string detail);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
