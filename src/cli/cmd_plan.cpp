@@ -17,6 +17,7 @@
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/plan/size_arguments.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -55,6 +56,13 @@ struct PlanOptions {
 PlanOptions g_plan;
 // What the memory plan needs beyond PlanInputs, filled with them.
 plan::MemoryInputs g_memory;
+// parallel.pp > 1 in the config: the schedule whose bubble the plan predicts (docs/PIPELINE.md).
+struct PipelinePlan {
+  plan::PipelineShape shape;
+  std::vector<int> stage_blocks;  // gpt only
+  bool on() const { return shape.pp > 1; }
+};
+PipelinePlan g_pipeline;
 
 // The optimizer state a checkpoint of this config holds (compute_plan.hpp names).
 std::string config_optimizer(const train::OptimizerConfig& optim) {
@@ -78,9 +86,22 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
                               const std::optional<RecordedRun>& recorded) {
   const train::TrainConfig tc = train::TrainConfig::from(config, "runs/plan");
   const int tp = tc.parallel.tp;
+  const int pp = tc.parallel.pp;
   if (devices % tp != 0) {
     throw ConfigError(str("--devices ", devices, " is not divisible by parallel.tp = ", tp,
                           ": plan for a multiple of ", tp, " devices"));
+  }
+  if (devices % (tp * pp) != 0) {
+    throw ConfigError(str("--devices ", devices,
+                          " is not divisible by parallel.pp x parallel.tp = ", pp * tp,
+                          ": plan for a multiple of ", pp * tp, " devices"));
+  }
+  if (pp > 1) {
+    g_pipeline.shape.pp = pp;
+    g_pipeline.shape.virtual_stages = tc.parallel.pp_virtual;
+    g_pipeline.shape.micro_batches = static_cast<int>(tc.optim.grad_accumulation);
+    g_pipeline.shape.kind = tc.parallel.pp_schedule;
+    plan::validate_pipeline_shape(g_pipeline.shape);
   }
   PlanInputs in;
   in.source = str("config ", config.origin());
@@ -91,6 +112,10 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
     // Counted analytically so that a config of any size plans without allocating its weights
     // (tests/unit/plan checks the count against the built model).
     const model::GptOptions g = model::read_gpt_options(model_section, tp);
+    if (pp > 1) {
+      g_pipeline.stage_blocks = plan::pipeline_stage_blocks(
+          static_cast<int>(g.layers), g_pipeline.shape.stages(), tc.parallel.pp_layers);
+    }
     const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                        g.vocab_size, g.mlp_ratio, g.tied_embeddings};
     g_memory.gpt = true;
@@ -113,6 +138,11 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
         "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: 6 N D "
         "plus attention";
   } else {
+    if (pp > 1) {
+      throw ConfigError(str("model.name = ", in.model_name,
+                            " cannot be cut into pipeline stages (parallel.pp = ", pp,
+                            "): only the gpt can; set parallel.pp: 1"));
+    }
     // Small models are built on the CPU, unsharded, and their layers counted.
     model::ModelContext ctx;
     auto model = model::build_model(model_section, ctx);
@@ -141,13 +171,14 @@ PlanInputs inputs_from_config(Config& config, const PlanOptions& o, int devices,
   }
   config.check_unknown_keys();
 
-  const std::int64_t dp = devices / tp;
+  const std::int64_t dp = devices / (tp * pp);
   in.devices = devices;
   g_memory.dp = static_cast<int>(dp);
   g_memory.tp = tp;
   g_memory.shard = tc.parallel.shard_optimizer || o.sizes.shard_optimizer;
   g_memory.bf16 = tc.run.precision == train::Precision::kBf16;
-  g_memory.parameters_per_device = in.parameters / tp;
+  // With pipeline stages each device holds about 1/pp of the layers.
+  g_memory.parameters_per_device = in.parameters / (tp * pp);
   g_memory.micro_batch = tc.data.batch_size;
   in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
   in.epochs = o.sizes.epochs > 0 ? o.sizes.epochs : static_cast<double>(tc.run.epochs);
@@ -520,6 +551,21 @@ int run_plan(CommandContext& ctx) {
   const plan::MemoryPlan memory =
       plan::make_memory_plan(g_memory, in.optimizer, device_memory, host_base);
   j["memory"] = plan::memory_plan_to_json(memory);
+  // The pipeline's bubble: the share of each step a stage waits for its neighbours, from the
+  // schedule's arithmetic (the plan library's simulation shows it exact for equal stages); the
+  // training time above assumes none, so it is divided by (1 - bubble) here.
+  double bubble = 0;
+  if (g_pipeline.on()) {
+    bubble = plan::predicted_bubble_fraction(g_pipeline.shape);
+    nlohmann::ordered_json pl{{"pp", g_pipeline.shape.pp},
+                              {"schedule", plan::pipeline_schedule_name(g_pipeline.shape.kind)},
+                              {"virtual_stages", g_pipeline.shape.virtual_stages},
+                              {"micro_batches", g_pipeline.shape.micro_batches},
+                              {"predicted_bubble_fraction", bubble}};
+    if (!g_pipeline.stage_blocks.empty()) pl["stage_blocks"] = g_pipeline.stage_blocks;
+    if (plan.timed) pl["train_wall_with_bubble_s"] = plan.train_wall_s / (1 - bubble);
+    j["pipeline"] = pl;
+  }
   nlohmann::ordered_json check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;
@@ -538,6 +584,17 @@ int run_plan(CommandContext& ctx) {
   Table t;
   add_plan_rows(t, plan);
   add_memory_rows(t, memory);
+  if (g_pipeline.on()) {
+    const auto& shape = g_pipeline.shape;
+    t.section(str("pipeline (pp=", shape.pp, " ", plan::pipeline_schedule_name(shape.kind),
+                  shape.virtual_stages > 1 ? str(" V=", shape.virtual_stages) : std::string(), ", ",
+                  shape.micro_batches, " micro-batches)"));
+    t.row("bubble: (pp-1)/(V m+pp-1)", bubble * 100, "% of a step");
+    if (plan.timed) {
+      t.row("training wall time with the bubble", plan.train_wall_s / (1 - bubble), "s",
+            human_seconds(plan.train_wall_s / (1 - bubble)));
+    }
+  }
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",

@@ -75,7 +75,9 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
       auto inputs = batch.inputs.to(device);
       auto targets = batch.targets.to(device);
       model::LossOutput out;
-      {
+      if (options.forward_loss) {
+        out = options.forward_loss(inputs, targets);
+      } else {
         compat::AutocastScope autocast(options.bf16                       ? at::kBFloat16
                                        : options.fp16 && device.is_cuda() ? at::kHalf
                                                                           : at::kFloat,

@@ -30,6 +30,7 @@
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -48,6 +49,7 @@
 #include "hpctrain/train/resume_checks.hpp"
 #include "input_checks.hpp"
 #include "memory_facts.hpp"
+#include "pipeline_step.hpp"
 #include "profile_session.hpp"
 #include "run_files.hpp"
 #include "run_report.hpp"
@@ -135,6 +137,8 @@ struct Trainer::Impl {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LossScaler> scaler;
   std::unique_ptr<data::TrainSampler> sampler;
+  std::unique_ptr<PipelineStep> pipeline;  // parallel.pp > 1 only
+  std::int64_t parameters = 0;             // of the logical model (all stages)
   std::unique_ptr<StepRunner> steps;
   TrainerState state;
   std::int64_t total_steps = 0;
@@ -203,9 +207,9 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
     throw ConfigError(str("parallel.pp = ", cfg.parallel.pp, " but the process grid has pp = ",
                           grid.pp_size(), ": build the grid from the same config"));
   }
-  if (grid.pp_size() > 1) {  // the executor lands in a later commit
-    throw ConfigError("parallel.pp > 1: training with pipeline stages is not available yet");
-  }
+  // The schedule's shape (interleaved needs a multiple of pp micro-batches), before any
+  // collective; the model checks its cut (at least one block per stage) when it is built.
+  if (grid.pp_size() > 1) plan::validate_pipeline_shape(pipeline_shape(cfg));
   if (cfg.run.precision == Precision::kFp16 && m.env.device.cuda_index < 0) {
     throw ConfigError(
         "run.precision = fp16 needs a CUDA device: LibTorch's CPU autocast has bfloat16 only. "
@@ -254,7 +258,8 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   check_model_input_fits_data(model_section, m.train_data->info(), "data.train");
   if (m.val_data) check_model_input_fits_data(model_section, m.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
-  model::ModelContext ctx{m.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
+  model::ModelContext ctx{m.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed,
+                          pipeline_part(cfg, grid.pp_rank())};
   m.model = model::build_model(model_section, ctx);
   m.model_name = model_section.get<std::string>("name", "mlp");
   config.check_unknown_keys();
@@ -262,11 +267,12 @@ void Trainer::Impl::validate(Config& config, const std::string& default_run_dir,
   const std::int64_t vocab = m.model->task() == "language_model" && m.model_name != "torchscript"
                                  ? model_section.get<std::int64_t>("vocab_size", 0)
                                  : 0;
+  const bool trial_forward = grid.pp_size() == 1;  // a stage cannot run alone
   eval::check_data_fits_model(*m.model, *m.train_data, "data.train", vocab,
-                              eval::FitAdvice::kTraining);
+                              eval::FitAdvice::kTraining, trial_forward);
   if (m.val_data) {
     eval::check_data_fits_model(*m.model, *m.val_data, "data.val", vocab,
-                                eval::FitAdvice::kTraining);
+                                eval::FitAdvice::kTraining, trial_forward);
   }
 
   const auto& train_info = m.train_data->info();
@@ -301,8 +307,12 @@ void Trainer::Impl::build(const std::string& resume) {
   if (m.env.device.cuda_index >= 0) m.device = torch::Device(torch::kCUDA, m.env.device.cuda_index);
   m.model->to(m.device);
   const bool shard = cfg.parallel.shard_optimizer;
-  m.flat = std::make_unique<parallel::FlatParameters>(
-      *m.model, parallel::FlatLayout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1});
+  // A parameter two pipeline stages hold gets a gradient bucket of its own on both, so a sharded
+  // optimizer owns the same elements of it on each (GradientFinalizer::set_stage_copies).
+  const std::vector<model::StageCopy> copies = m.model->stage_copies();
+  parallel::FlatLayout layout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1, {}};
+  for (const auto& copy : copies) layout.own_bucket.push_back(copy.name);
+  m.flat = std::make_unique<parallel::FlatParameters>(*m.model, layout);
   parallel::broadcast_parameters(*m.flat, *m.env.comms.dp);
   parallel::broadcast_buffers(*m.model, *m.env.comms.dp);
   m.sync = std::make_unique<parallel::GradientSynchronizer>(
@@ -317,6 +327,27 @@ void Trainer::Impl::build(const std::string& resume) {
   }
   m.finalizer =
       std::make_unique<parallel::GradientFinalizer>(*m.sync, m.env.comms.tp, std::move(replicated));
+  if (!copies.empty()) {
+    std::vector<std::pair<torch::Tensor, int>> pairs;
+    for (const auto& copy : copies) {
+      pairs.emplace_back(m.flat->entry(copy.name).param,
+                         plan::stage_rank(copy.other_stage, grid.pp_size()));
+    }
+    m.finalizer->set_stage_copies(m.env.comms.pp, std::move(pairs));
+  }
+  m.parameters = m.model->logical_parameter_count();
+  if (grid.pp_size() > 1) {
+    m.pipeline = std::make_unique<PipelineStep>(
+        PipelineStep::Parts{*m.model, *m.sync, m.env, cfg, m.device});
+    // The whole model's: every stage's, a parameter two stages hold counted once.
+    for (const auto& copy : copies) {
+      if (copy.primary) continue;
+      std::int64_t n = 1;
+      for (auto d : m.model->shard_info(copy.name).logical_shape) n *= d;
+      m.parameters -= n;
+    }
+    m.parameters = m.env.control.pp->reduce(m.parameters, comm::ReduceOp::kSum);
+  }
   if (m.shards && m.model->waits_for_parameters()) {
     auto* shards = m.shards.get();
     m.model->set_parameter_wait([shards](const torch::Tensor& p) { shards->wait_parameter(p); });
@@ -325,7 +356,7 @@ void Trainer::Impl::build(const std::string& resume) {
   m.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
   m.steps = std::make_unique<StepRunner>(StepRunner::Parts{
       *m.model, *m.flat, *m.sync, *m.finalizer, *m.optimizer, *m.scaler, m.env, cfg, m.device,
-      [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }, m.shards.get()});
+      [&m]() { return m.ckpt ? m.ckpt->wait_for_copy() : 0.0; }, m.shards.get(), m.pipeline.get()});
   const eval::Metric metric = cfg.eval.metric_for(m.model->task());
   checkpoint::ManagerOptions options;
   options.keep = cfg.checkpoint.keep;
@@ -390,7 +421,9 @@ void Trainer::Impl::resume(const std::string& resume) {
                 state.sampler.epoch, ", ", state.sampler.consumed_samples, " samples consumed)"));
   const auto saved_grid = loaded.manifest.value("grid", nlohmann::json::object());
   if (!loaded.same_grid) {
+    const int saved_pp = saved_grid.value("pp", 1);
     log::info(str("note: the checkpoint was written on a dp=", saved_grid.value("dp", 0),
+                  saved_pp > 1 ? str(" x pp=", saved_pp) : std::string(),
                   " x tp=", saved_grid.value("tp", 0), " grid, this run is ", grid.describe(),
                   ": tensors were resharded, the sample stream continues at sample ",
                   state.sampler.consumed_samples, " with ", global_batch,
@@ -420,6 +453,7 @@ void Trainer::Impl::save(std::int64_t step, checkpoint::SaveReason why) {
   record_data_state(content.trainer_state, *sampler, state.sampler, train_data->info());
   content.tensors = state_records(*model, *flat, *optimizer, /*with_optimizer=*/true,
                                   /*snapshot_buffers=*/true, shards.get());
+  drop_stage_copies(content.tensors, *model);  // saved by the stage holding the primary copy
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
   content.copy = true;
@@ -443,7 +477,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   LedgerFacts facts;
   facts.model_name = model_name;
   facts.task = model->task();
-  facts.parameters = model->logical_parameter_count();
+  facts.parameters = parameters;
   facts.forward_flops_per_sample = model->forward_flops_per_sample();
   facts.flops_source = model->flops_source();
   facts.tokens_per_sample = model->task() == "language_model" ? train_data->info().seq_len : 1;
@@ -454,6 +488,13 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.world_size = grid.world_size();
   facts.dp = grid.dp_size();
   facts.tp = grid.tp_size();
+  facts.pp = grid.pp_size();
+  if (pipeline) {
+    facts.pp_schedule = plan::pipeline_schedule_name(cfg.parallel.pp_schedule);
+    facts.pp_virtual = cfg.parallel.pp_virtual;
+    facts.micro_batches = static_cast<int>(cfg.optim.grad_accumulation);
+    facts.predicted_bubble_fraction = plan::predicted_bubble_fraction(pipeline_shape(cfg));
+  }
   facts.threads_per_rank = env.device.threads;
   facts.device = env.device.device;
   facts.precision = precision_name(cfg.run.precision);
@@ -497,6 +538,13 @@ bool Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
   options.bf16 = cfg.run.precision == Precision::kBf16;
   options.fp16 = cfg.run.precision == Precision::kFp16;
   options.max_samples = cfg.eval.max_samples;
+  if (pipeline) {  // each batch through a forward-only schedule over the stages
+    const at::ScalarType autocast = autocast_dtype(cfg.run.precision);
+    options.forward_loss = [this, autocast](const torch::Tensor& inputs,
+                                            const torch::Tensor& targets) {
+      return pipeline->evaluate(inputs, targets, autocast);
+    };
+  }
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
   options.stop_check = [&] { return stop.stop_requested(); };
   // Every rank evaluates with dp rank 0's buffers (BatchNorm statistics drift apart per rank,
@@ -538,11 +586,11 @@ TrainOutcome Trainer::run() {
   RunReport report(m.is_rank0(), cfg.run.dir, cfg.logging.progress, m.total_steps,
                    /*resume_step=*/m.state.step);
   RunLog& log = report.log();
-  log::info(str("training ", m.model_name, " (", m.model->logical_parameter_count(),
-                " parameters) on ", grid.describe(), ", ", m.global_batch, " samples per step (",
-                m.micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
-                cfg.optim.grad_accumulation, " micro-batches), ", m.total_steps, " steps (",
-                m.sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
+  log::info(str("training ", m.model_name, " (", m.parameters, " parameters) on ", grid.describe(),
+                ", ", m.global_batch, " samples per step (", m.micro_batch, " per rank x ",
+                grid.dp_size(), " dp ranks x ", cfg.optim.grad_accumulation, " micro-batches), ",
+                m.total_steps, " steps (", m.sampler->steps_per_epoch(), " per epoch), run dir ",
+                cfg.run.dir));
   {
     const auto& info = m.train_data->info();
     log::info(str("data.train: ", info.num_samples, " samples in ", info.files.size(),
