@@ -45,7 +45,7 @@ PY
 }
 curve_check "$TMP/pp2" 1 1e-6 || fail "pp=2 losses differ from one rank's"
 for step in 00000004 00000008; do
-  HPCTRAIN_SOURCE_DIR=$HPCTRAIN_SOURCE_DIR $PY "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py" \
+  $PY "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py" \
     "$TMP/ref/checkpoints/step_$step" "$TMP/pp2/checkpoints/step_$step" --tol 1e-6 >"$TMP/cmp-$step.txt" ||
     fail "pp=2 checkpoint step_$step: $(tail -3 "$TMP/cmp-$step.txt")"
 done
