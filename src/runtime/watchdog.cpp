@@ -38,6 +38,7 @@ struct Slot {
   Clock::time_point since;
   Channel* channel = nullptr;
   std::uint64_t seq = 0;
+  std::string detail;  // point-to-point: the peers
 };
 
 struct State {
@@ -75,15 +76,17 @@ constexpr double kReporterGraceSeconds = 30;
                    " group has not completed after ",
                    format_seconds(waited + kReporterGraceSeconds), "; rank ", reporter,
                    " reported the hang but the job did not end: aborting"));
-    write_outcome(
-        kExitHang,
-        str("collective ", slot.operation, " on the ", slot.group, " group has not completed"),
-        world_rank);
+    write_outcome(kExitHang,
+                  str("collective ", slot.operation, " on the ", slot.group, " group",
+                      slot.detail.empty() ? std::string() : " (" + slot.detail + ")",
+                      " has not completed"),
+                  world_rank);
     abort_job(kExitHang);
   }
+  const std::string detail = slot.detail.empty() ? std::string() : ", " + slot.detail;
   std::string text =
       str("collective ", slot.operation, " on the ", slot.group, " group (",
-          format_bytes(static_cast<double>(slot.bytes)), ") has not completed after ",
+          format_bytes(static_cast<double>(slot.bytes)), detail, ") has not completed after ",
           format_seconds(waited), " (timeout ", format_seconds(timeout_s), ")");
   std::string summary = text;
   if (slot.channel != nullptr && PeerMonitor::running()) {
@@ -175,13 +178,14 @@ Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t byt
     : Scope(operation, group, bytes, nullptr, 0) {}
 
 Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes,
-                       Channel* channel, std::uint64_t seq) {
+                       Channel* channel, std::uint64_t seq, std::string detail) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.running) return;
   for (int i = 0; i < kSlots; ++i) {
     if (!s.slots[i].busy) {
-      s.slots[i] = Slot{true, operation, group, bytes, Clock::now(), channel, seq};
+      s.slots[i] =
+          Slot{true, operation, group, bytes, Clock::now(), channel, seq, std::move(detail)};
       slot_ = i;
       return;
     }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace hpctrain::runtime {
 
@@ -28,9 +29,11 @@ class Watchdog {
    public:
     Scope(const char* operation, const char* group, std::size_t bytes);
     /// The same for collective number `seq` of `channel` (the attribution compares it with the
-    /// other ranks' positions); `channel` nullptr: not numbered.
+    /// other ranks' positions); `channel` nullptr: not numbered (point-to-point). `detail` is
+    /// added to the report (the peers of a point-to-point batch: "recv from group rank 1 = world
+    /// rank 3").
     Scope(const char* operation, const char* group, std::size_t bytes, Channel* channel,
-          std::uint64_t seq);
+          std::uint64_t seq, std::string detail = std::string());
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
