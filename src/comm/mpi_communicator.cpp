@@ -416,6 +416,9 @@ WorkHandle MpiCommunicator::send_recv_async(std::vector<P2PMessage> batch) {
     issued = runtime::issue_op(nullptr, "send_recv", name_.c_str(), static_cast<std::size_t>(bytes),
                                c10::toString(batch.front().tensor.scalar_type()));
     issued.detail = describe_peers(batch);
+    for (const P2PMessage& m : batch) {
+      if (channel_) issued.peers.push_back(channel_->members()[static_cast<std::size_t>(m.peer)]);
+    }
   }
   return enqueue([this, batch = std::move(batch),
                   issued = std::move(issued)]() { send_recv_now(batch, issued); },

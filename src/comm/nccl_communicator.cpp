@@ -374,6 +374,7 @@ class NcclCommunicator final : public Communicator {
   WorkHandle send_recv_async(std::vector<P2PMessage> batch) override {
     std::int64_t bytes = 0;
     std::string peers;
+    std::vector<int> world_peers;
     for (const P2PMessage& m : batch) {
       const bool send = m.kind == P2PMessage::Kind::kSend;
       const char* what = send ? "send" : "recv";
@@ -387,16 +388,16 @@ class NcclCommunicator final : public Communicator {
         throw CommError(str(what, " on group ", name_, ": the tensor must be contiguous"));
       }
       bytes += static_cast<std::int64_t>(m.tensor.numel()) * m.tensor.element_size();
+      const int world = channel_ ? channel_->members()[static_cast<std::size_t>(m.peer)] : -1;
+      if (world >= 0) world_peers.push_back(world);
       peers += str(peers.empty() ? "" : ", ", send ? "send to" : "recv from", " group rank ",
-                   m.peer,
-                   channel_ ? str(" = world rank ", channel_->members()[static_cast<std::size_t>(
-                                                        m.peer)])
-                            : std::string());
+                   m.peer, world >= 0 ? str(" = world rank ", world) : std::string());
     }
     if (batch.empty()) return leave(Entered{});
-    Entered entered = enter_bytes("send_recv", bytes,
-                                  c10::toString(batch.front().tensor.scalar_type()), nullptr);
+    Entered entered =
+        enter_bytes("send_recv", bytes, c10::toString(batch.front().tensor.scalar_type()), nullptr);
     entered.issued.detail = std::move(peers);
+    entered.issued.peers = std::move(world_peers);
     HPCTRAIN_NCCL_CHECK(ncclGroupStart());
     for (const P2PMessage& m : batch) {
       // As bytes: the two sides agree on sizes, not on how the bytes are typed.
@@ -443,9 +444,8 @@ class NcclCommunicator final : public Communicator {
     runtime::IssuedOp issued;
   };
   Entered enter(const char* name, const torch::Tensor& buffer) {
-    return enter_bytes(
-        name, static_cast<std::int64_t>(buffer.numel()) * buffer.element_size(),
-        c10::toString(buffer.scalar_type()), channel_);
+    return enter_bytes(name, static_cast<std::int64_t>(buffer.numel()) * buffer.element_size(),
+                       c10::toString(buffer.scalar_type()), channel_);
   }
   // The same for `bytes` of `dtype`, numbered on `channel` (nullptr: a point-to-point batch).
   Entered enter_bytes(const char* name, std::int64_t bytes, const char* dtype,

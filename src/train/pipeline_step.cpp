@@ -7,6 +7,7 @@
 #include "hpctrain/comm/environment.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "trainer_steps.hpp"
@@ -65,6 +66,7 @@ void PipelineStep::run(std::vector<data::Batch>& micro, double loss_scale, bool 
     return p_.model.stage_activation_shape(micro[static_cast<std::size_t>(m)].inputs);
   };
   stage.forward = [&](int m, int chunk, const torch::Tensor& input) {
+    runtime::position::set_phase(runtime::Phase::kForward);  // on the heartbeat (hangs)
     data::Batch& batch = micro[static_cast<std::size_t>(m)];
     const int model_stage = part_.stage_of_chunk(chunk);
     torch::Tensor x = input;
@@ -99,7 +101,10 @@ void PipelineStep::run(std::vector<data::Batch>& micro, double loss_scale, bool 
   };
   // Each chunk's gradients are final after its last micro-batch's backward: the dp buckets are
   // reduced then, while the rest of the schedule runs.
-  stage.before_backward = [&](int m, int) { p_.sync.set_sync_enabled(m == k_total - 1); };
+  stage.before_backward = [&](int m, int) {
+    runtime::position::set_phase(runtime::Phase::kBackward);
+    p_.sync.set_sync_enabled(m == k_total - 1);
+  };
   p_.model.train();
   const parallel::PipelineTimes t = executor_.run(schedule_, stage);
   phases.forward += t.forward;

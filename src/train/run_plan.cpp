@@ -252,9 +252,9 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanRequest& o,
   defaults.sizes.optimizer = o.sizes.optimizer;
   MemoryInputs memory;    // the check compares compute figures only
   PipelinePlan pipeline;  // and so the bubble's neither
-  PlanInputs in = inputs_from_config(config, defaults, cal.world_size,
-                                     RecordedRun{cal.steps, cal.samples_evaluated}, memory,
-                                     pipeline);
+  PlanInputs in =
+      inputs_from_config(config, defaults, cal.world_size,
+                         RecordedRun{cal.steps, cal.samples_evaluated}, memory, pipeline);
   in.peak_flops_per_device = peak_flops;
   in.utilization = o.utilization;
   in.eval_utilization = o.eval_utilization;

@@ -202,11 +202,11 @@ TrainOutcome Trainer::run() {
 
 void Trainer::Impl::log_start() const {
   const auto& grid = env.grid;
-  log::info(str("training ", cfg.model.name, " (", parameters,
-                " parameters) on ", grid.describe(), ", ", global_batch, " samples per step (",
-                micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
-                cfg.optim.grad_accumulation, " micro-batches), ", total_steps, " steps (",
-                sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
+  log::info(str("training ", cfg.model.name, " (", parameters, " parameters) on ", grid.describe(),
+                ", ", global_batch, " samples per step (", micro_batch, " per rank x ",
+                grid.dp_size(), " dp ranks x ", cfg.optim.grad_accumulation, " micro-batches), ",
+                total_steps, " steps (", sampler->steps_per_epoch(), " per epoch), run dir ",
+                cfg.run.dir));
   const auto& info = train_data->info();
   log::info(str("data.train: ", info.num_samples, " samples in ", info.files.size(),
                 info.files.size() == 1 ? " file" : " files",

@@ -285,7 +285,8 @@ std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerPar
   if (!loaded.same_grid) {
     const int saved_pp = saved_grid.value("pp", 1);
     log::info(str("note: the checkpoint was written on a dp=", saved_grid.value("dp", 0),
-                  saved_pp > 1 ? str(" x pp=", saved_pp) : std::string(), " x tp=", saved_grid.value("tp", 0), " grid, this run is ", grid.describe(),
+                  saved_pp > 1 ? str(" x pp=", saved_pp) : std::string(),
+                  " x tp=", saved_grid.value("tp", 0), " grid, this run is ", grid.describe(),
                   ": tensors were resharded, the sample stream continues at sample ",
                   p.state.sampler.consumed_samples, " with ", p.global_batch,
                   " samples per step, and dropout randomness is reseeded"));

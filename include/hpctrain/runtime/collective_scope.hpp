@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hpctrain/runtime/watchdog.hpp"
 
@@ -26,7 +27,8 @@ struct IssuedOp {
   const char* op = "";       ///< string literal
   const char* group = "";    ///< the group's name for messages; must outlive the operation
   std::size_t bytes = 0;
-  std::string detail;  ///< point-to-point: the peers, named in the watchdog's report
+  std::string detail;      ///< point-to-point: the peers, named in the watchdog's report
+  std::vector<int> peers;  ///< point-to-point: the peers' world ranks (the report's positions)
 };
 
 /// Numbers `op` on `channel` and records it as enqueued now. Call in issue order. Local.
