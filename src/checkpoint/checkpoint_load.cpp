@@ -197,7 +197,8 @@ Loaded CheckpointManager::load(const std::string& dir, std::vector<TensorRecord>
   }
   Loaded loaded;
   loaded.same_world = manifest.at("world_size").get<int>() == ctx.world_size;
-  loaded.same_grid = loaded.same_world && manifest.at("grid").at("tp").get<int>() == ctx.tp_size;
+  loaded.same_grid = loaded.same_world && manifest.at("grid").at("tp").get<int>() == ctx.tp_size &&
+                     manifest.at("grid").value("pp", 1) == ctx.pp_size;
   const bool has_rng = manifest.contains("rng") && manifest.at("rng").is_object();
   torch::Tensor all_rng;
   if (problem.empty() && loaded.same_world && has_rng && ctx.world_rank == 0) {

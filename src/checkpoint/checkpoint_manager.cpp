@@ -119,7 +119,8 @@ void CheckpointManager::Impl::ensure_comms() {
   if (world) return;
   world = grid_world->duplicate();
   tp = grid_tp->duplicate();
-  ctx.tp = tp.get();
+  model = grid_model->duplicate();
+  ctx.writers = model.get();
 }
 
 void CheckpointManager::Impl::agree(const std::string& problem) {
@@ -186,9 +187,12 @@ CheckpointManager::CheckpointManager(std::string run_dir, const runtime::Process
   m.ctx.tp_size = grid.tp_size();
   m.ctx.dp_rank = grid.dp_rank();
   m.ctx.tp_rank = grid.tp_rank();
+  m.ctx.pp_size = grid.pp_size();
+  m.ctx.pp_rank = grid.pp_rank();
   m.ctx.options = std::move(options);
   m.grid_world = std::make_unique<comm::ControlPlane>(grid.world_comm(), "world");
   m.grid_tp = std::make_unique<comm::ControlPlane>(grid.tp_comm(), "tp");
+  m.grid_model = std::make_unique<comm::ControlPlane>(grid.model_comm(), "model");
   const runtime::Runtime* rt = runtime::Runtime::current();
   m.threaded = m.ctx.options.background && rt && rt->thread_multiple();
   if (m.ctx.options.background && !m.threaded) {
@@ -228,20 +232,26 @@ void CheckpointManager::save(SaveContent content) {
   }
   m.agree(problem);
 
-  // Every rank must save the same step, the tp ranks the same records, and all ranks RNG states
-  // of one size: [min, max] of each over the world.
+  // Every rank must save the same step, the tp ranks of a stage the same records, and all ranks
+  // RNG states of one size: [min, max] of each over the world (of the fingerprints: over the tp
+  // group, whose ranks are all writers or none, and then over the world whether any differ).
   constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
   const std::uint64_t fp = writer ? fingerprint(content.tensors) : kNone;
-  std::vector<std::uint64_t> lo{static_cast<std::uint64_t>(content.step), fp,
+  std::vector<std::uint64_t> fp_lo{fp};
+  std::vector<std::uint64_t> fp_hi{fp};
+  m.tp->reduce(fp_lo, comm::ReduceOp::kMin);
+  m.tp->reduce(fp_hi, comm::ReduceOp::kMax);
+  const std::uint64_t differ = fp_lo[0] != fp_hi[0] ? 1 : 0;
+  std::vector<std::uint64_t> lo{static_cast<std::uint64_t>(content.step), differ,
                                 static_cast<std::uint64_t>(rng_bytes)};
-  std::vector<std::uint64_t> hi{lo[0], writer ? fp : 0, lo[2]};
+  std::vector<std::uint64_t> hi{lo[0], differ, lo[2]};
   m.world->reduce(lo, comm::ReduceOp::kMin);
   m.world->reduce(hi, comm::ReduceOp::kMax);
   if (lo[0] != hi[0]) {
     throw CheckpointError(str("ranks disagree on the step to save (", lo[0], " to ", hi[0],
                               "): every rank must call save() with the same step"));
   }
-  if (lo[1] != hi[1]) {
+  if (hi[1] != 0) {
     throw CheckpointError(
         "tensor-parallel ranks disagree on the tensor records (names, dtypes, logical shapes or "
         "split dims differ between the dp_rank 0 ranks): every tp rank must save the same "

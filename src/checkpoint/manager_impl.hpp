@@ -29,8 +29,10 @@ struct CheckpointManager::Impl {
   detail::JobContext ctx;
   std::unique_ptr<comm::ControlPlane> grid_world;  // the grid's groups, not duplicated
   std::unique_ptr<comm::ControlPlane> grid_tp;
+  std::unique_ptr<comm::ControlPlane> grid_model;
   std::unique_ptr<comm::ControlPlane> world;  // private duplicates, made by the first collective
   std::unique_ptr<comm::ControlPlane> tp;
+  std::unique_ptr<comm::ControlPlane> model;  // the writers' messages
   bool threaded = false;
 
   std::thread worker;
@@ -57,7 +59,8 @@ struct CheckpointManager::Impl {
   std::int64_t last_bytes = 0;
   std::string last_path;
 
-  /// Duplicates the world and tp control channels on first use. Collective over the world.
+  /// Duplicates the world, tp and model control channels on first use. Collective over the
+  /// world.
   void ensure_comms();
   /// Every rank passes its problem (empty: none); if any rank has one, every rank throws
   /// CheckpointError with the lowest such rank's message (naming that rank when it is not rank

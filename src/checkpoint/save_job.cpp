@@ -34,6 +34,7 @@ using Layout =
 
 constexpr int kTagLayout = 71;
 constexpr int kTagDone = 72;
+constexpr int kTagSpecs = 73;
 
 // Seconds spent in each phase of a save, for the debug log and benchmarks.
 class PhaseTimer {
@@ -56,9 +57,44 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
-// Names a file that a writer other than world rank 0 failed on, for rank 0's report.
-std::string writer_error(int tp_rank, const std::string& error) {
-  return str("tp rank ", tp_rank, " (world rank ", tp_rank, "): ", error);
+// Names a file that a writer other than world rank 0 failed on, for rank 0's report (writer r
+// of dp group 0 is world rank r).
+std::string writer_error(const JobContext& ctx, int writer, const std::string& error) {
+  if (ctx.pp_size == 1) return str("tp rank ", writer, " (world rank ", writer, "): ", error);
+  return str("pp rank ", writer / ctx.tp_size, " tp rank ", writer % ctx.tp_size, " (world rank ",
+             writer, "): ", error);
+}
+
+// What one tensor of the checkpoint is, as the manifest and the file creation need it.
+struct Spec {
+  std::string name;
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  int split_dim = -1;
+};
+
+std::vector<Spec> specs_of(const SaveContent& content) {
+  std::vector<Spec> specs;
+  for (const TensorRecord& r : content.tensors) {
+    specs.push_back({r.name, h5::dtype_name(r.local.scalar_type(), r.name), r.shard.logical_shape,
+                     r.shard.split_dim});
+  }
+  return specs;
+}
+
+nlohmann::json to_json(const std::vector<Spec>& specs) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Spec& s : specs) j.push_back({s.name, s.dtype, s.shape, s.split_dim});
+  return j;
+}
+
+std::vector<Spec> specs_from_json(const nlohmann::json& j) {
+  std::vector<Spec> specs;
+  for (const auto& e : j) {
+    specs.push_back({e.at(0).get<std::string>(), e.at(1).get<std::string>(),
+                     e.at(2).get<std::vector<std::int64_t>>(), e.at(3).get<int>()});
+  }
+  return specs;
 }
 
 // Removes what crashed or failed saves left: step_<N>.tmp-* directories (and the -old/-del
@@ -78,14 +114,13 @@ void remove_stale(const std::string& root, const std::string& current_unique) {
   }
 }
 
-// The datasets world rank 0 creates, file by file, from its own records (every tp rank holds
-// the same names and logical shapes: save() checked).
-std::map<std::string, std::vector<h5::DatasetSpec>> dataset_specs(const SaveContent& content) {
+// The datasets world rank 0 creates, file by file, from the records of every stage (every tp
+// rank of a stage holds the same names and logical shapes: save() checked).
+std::map<std::string, std::vector<h5::DatasetSpec>> dataset_specs(const std::vector<Spec>& all) {
   std::map<std::string, std::vector<h5::DatasetSpec>> specs;
-  for (const TensorRecord& r : content.tensors) {
+  for (const Spec& r : all) {
     const TensorLocation loc = tensor_location(r.name);
-    specs[loc.file].push_back(
-        {loc.dataset, h5::dtype_name(r.local.scalar_type(), r.name), r.shard.logical_shape});
+    specs[loc.file].push_back({loc.dataset, r.dtype, r.shape});
   }
   return specs;
 }
@@ -126,7 +161,7 @@ void sync_files(const std::map<std::string, io::Fd>& files, const std::string& d
   for (const auto& [file, fd] : files) io::sync_fd(fd.get(), dir + "/" + file);
 }
 
-nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
+nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job, const std::vector<Spec>& all,
                            const std::map<std::string, FileDigest>& digests) {
   const SaveContent& c = job.content;
   nlohmann::json m;
@@ -141,6 +176,7 @@ nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
   m["created_at"] = utc_timestamp();
   m["world_size"] = ctx.world_size;
   m["grid"] = {{"dp", ctx.dp_size}, {"tp", ctx.tp_size}};
+  if (ctx.pp_size > 1) m["grid"]["pp"] = ctx.pp_size;
   m["config_xxh3"] = xxh3_hex(c.config_text);
   m["hpctrain_version"] = HPCTRAIN_VERSION;
   m["torch_version"] = compat::torch_version();
@@ -150,14 +186,10 @@ nlohmann::json manifest_of(const JobContext& ctx, const SaveJob& job,
   for (const auto& [name, d] : digests) files[name] = {{"bytes", d.bytes}, {"xxh3", d.xxh3}};
   m["files"] = files;
   nlohmann::json tensors = nlohmann::json::object();
-  for (const TensorRecord& r : c.tensors) {
+  for (const Spec& r : all) {
     const TensorLocation loc = tensor_location(r.name);
-    tensors[r.name] = {{"file", loc.file},
-                       {"dataset", loc.dataset},
-                       {"dtype", h5::dtype_name(r.local.scalar_type(), r.name)},
-                       {"shape", r.shard.logical_shape},
-                       {"split_dim", r.shard.split_dim},
-                       {"saved_tp", ctx.tp_size}};
+    tensors[r.name] = {{"file", loc.file}, {"dataset", loc.dataset},   {"dtype", r.dtype},
+                       {"shape", r.shape}, {"split_dim", r.split_dim}, {"saved_tp", ctx.tp_size}};
   }
   m["tensors"] = tensors;
   if (job.rng_bytes > 0) {
@@ -235,8 +267,9 @@ void apply_retention(const JobContext& ctx, const SaveJob& job) {
 }
 
 // World rank 0 after every writer reported success: small files, checksums, manifest, commit.
-JobResult commit(const JobContext& ctx, SaveJob& job, std::map<std::string, FileDigest> digests,
-                 std::string& digest_buffer, PhaseTimer& timer) {
+JobResult commit(const JobContext& ctx, SaveJob& job, const std::vector<Spec>& all,
+                 std::map<std::string, FileDigest> digests, std::string& digest_buffer,
+                 PhaseTimer& timer) {
   JobResult result;
   fail_point("commit", ctx.world_rank);
   std::vector<std::string> files;
@@ -257,7 +290,7 @@ JobResult commit(const JobContext& ctx, SaveJob& job, std::map<std::string, File
   }
   timer.mark("small files");
   crash_point("after-data");
-  const std::string manifest = seal_manifest(manifest_of(ctx, job, digests));
+  const std::string manifest = seal_manifest(manifest_of(ctx, job, all, digests));
   io::write_file_synced(job.tmp_dir + "/" + kManifestFile, manifest);
   io::sync_path(job.tmp_dir);
   result.bytes += static_cast<std::int64_t>(manifest.size());
@@ -291,10 +324,33 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
   std::string error;
   Layout layout;
   std::vector<std::string> data_files;
+  // Every stage's records: this one's, and what the other stages' tp rank 0 sent.
+  std::vector<Spec> all = specs_of(job.content);
+  for (int stage = 1; stage < ctx.pp_size; ++stage) {
+    const auto j = nlohmann::json::parse(ctx.writers->recv_text(stage * ctx.tp_size, kTagSpecs),
+                                         nullptr, false);
+    if (j.is_discarded()) {
+      if (error.empty())
+        error = str("could not parse the records of pp rank ", stage, " (internal error)");
+      continue;
+    }
+    for (Spec& spec : specs_from_json(j)) {
+      for (const Spec& seen : all) {
+        if (seen.name == spec.name && error.empty()) {
+          error = str("tensor record '", spec.name, "' is saved by two pipeline stages (pp rank ",
+                      stage,
+                      " and an earlier one): a parameter two stages hold must be saved by "
+                      "one (model::StageCopy)");
+        }
+      }
+      all.push_back(std::move(spec));
+    }
+  }
   try {
+    if (!error.empty()) throw CheckpointError(error);
     remove_stale(checkpoints_dir(ctx.run_dir), job.unique);
     timer.mark("stale removal");
-    for (const auto& [file, specs] : dataset_specs(job.content)) {
+    for (const auto& [file, specs] : dataset_specs(all)) {
       layout[file] = h5::create_tensor_file(job.tmp_dir + "/" + file, specs, job.content.step);
       data_files.push_back(file);
     }
@@ -303,9 +359,9 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
   } catch (const std::exception& e) {
     error = error_text(e);
   }
-  if (ctx.tp_size > 1) {
+  if (ctx.writer_count() > 1) {
     const std::string message = nlohmann::json{{"error", error}, {"layout", layout}}.dump();
-    for (int r = 1; r < ctx.tp_size; ++r) ctx.tp->send_text(r, kTagLayout, message);
+    for (int r = 1; r < ctx.writer_count(); ++r) ctx.writers->send_text(r, kTagLayout, message);
   }
   std::map<std::string, io::Fd> own;
   if (error.empty()) {
@@ -326,11 +382,11 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
       sync_error = error_text(e);
     }
   });
-  for (int r = 1; r < ctx.tp_size; ++r) {
-    const std::string done = ctx.tp->recv_text(r, kTagDone);
-    if (!done.empty() && error.empty()) error = writer_error(r, done);
+  for (int r = 1; r < ctx.writer_count(); ++r) {
+    const std::string done = ctx.writers->recv_text(r, kTagDone);
+    if (!done.empty() && error.empty()) error = writer_error(ctx, r, done);
   }
-  if (ctx.tp_size > 1) timer.mark("other writers");
+  if (ctx.writer_count() > 1) timer.mark("other writers");
   std::map<std::string, FileDigest> digests;
   try {
     if (error.empty()) {
@@ -347,7 +403,7 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
   own.clear();
   if (error.empty()) {
     try {
-      result = commit(ctx, job, std::move(digests), digest_buffer, timer);
+      result = commit(ctx, job, all, std::move(digests), digest_buffer, timer);
       result.phases = timer.text();
     } catch (const std::exception& e) {
       error = error_text(e);
@@ -365,8 +421,12 @@ JobResult run_rank0(const JobContext& ctx, SaveJob& job, std::string& digest_buf
 
 JobResult run_writer(const JobContext& ctx, SaveJob& job) {
   JobResult result;
+  // A stage's tp rank 0 tells world rank 0 what the stage saves (its tp ranks save the same).
+  if (ctx.pp_rank > 0 && ctx.tp_rank == 0) {
+    ctx.writers->send_text(0, kTagSpecs, to_json(specs_of(job.content)).dump());
+  }
   const nlohmann::json message =
-      nlohmann::json::parse(ctx.tp->recv_text(0, kTagLayout), nullptr, false);
+      nlohmann::json::parse(ctx.writers->recv_text(0, kTagLayout), nullptr, false);
   std::string error;
   if (message.is_discarded()) {
     error = "could not parse the layout message from world rank 0 (internal error)";
@@ -377,7 +437,7 @@ JobResult run_writer(const JobContext& ctx, SaveJob& job) {
       error = error_text(e);
     }
   }
-  ctx.tp->send_text(0, kTagDone, error);
+  ctx.writers->send_text(0, kTagDone, error);
   result.error = error;
   return result;
 }
@@ -387,7 +447,7 @@ JobResult run_writer(const JobContext& ctx, SaveJob& job) {
 JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_buffer) {
   JobResult result;
   if (ctx.dp_rank == 0) {
-    result = ctx.tp_rank == 0 ? run_rank0(ctx, job, digest_buffer) : run_writer(ctx, job);
+    result = ctx.world_rank == 0 ? run_rank0(ctx, job, digest_buffer) : run_writer(ctx, job);
   }
   if (result.seconds == 0) {
     result.seconds = std::chrono::duration<double>(Clock::now() - job.started).count();

@@ -27,8 +27,14 @@ struct JobContext {
   int tp_size = 1;
   int dp_rank = 0;
   int tp_rank = 0;
-  comm::ControlPlane* tp = nullptr;  ///< the manager's private control channel over the tp group
+  int pp_size = 1;
+  int pp_rank = 0;
+  /// The manager's private control channel over this rank's model replica (pp x tp ranks, rank
+  /// pp_rank x tp + tp_rank; the tp group when pp = 1): the writers of dp group 0 meet here.
+  comm::ControlPlane* writers = nullptr;
   ManagerOptions options;
+  /// Ranks in a replica (the writers). Local.
+  int writer_count() const { return pp_size * tp_size; }
 };
 
 /// One save, as handed over by save().
@@ -55,9 +61,10 @@ struct JobResult {
 };
 
 /// Runs this rank's part of `job`: nothing on ranks with dp_rank > 0; writing its slabs on the
-/// other tp ranks of dp group 0 (after world rank 0 created the files); on world rank 0 also
-/// the commit. Never throws: errors end up in the result (and, for writers other than world rank
-/// 0, in the message they send to it). Local except for point-to-point messages on ctx.tp
+/// other ranks of dp group 0 (after world rank 0 created the files; with pipeline stages, each
+/// stage's tp rank 0 first tells world rank 0 what its stage saves); on world rank 0 also the
+/// commit. Never throws: errors end up in the result (and, for writers other than world rank 0,
+/// in the message they send to it). Local except for point-to-point messages on ctx.writers
 /// between the writers.
 JobResult run_save_job(const JobContext& ctx, SaveJob& job, std::string& digest_buffer);
 

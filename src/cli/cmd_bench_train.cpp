@@ -58,8 +58,8 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
     config.set(fixed);
   }
   if (opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
-  const int tp = parallel::ParallelConfig::of(config).tp;
-  Session session = make_session(ctx, tp);
+  const parallel::ParallelConfig parallel = parallel::ParallelConfig::of(config);
+  Session session = make_session(ctx, parallel.tp, parallel.pp);
   const std::string default_dir = "runs/bench-" + std::filesystem::path(opt.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), "none");
   const std::string run_dir = trainer.config().run.dir;
@@ -105,6 +105,7 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
       {"parameters", ledger["model"]["parameters"]},
       {"world_size", world_size},
       {"dp", session.grid->dp_size()},
+      {"pp", session.grid->pp_size()},
       {"tp", session.grid->tp_size()},
       {"threads_per_rank", session.device.threads},
       {"device", session.device.device},
@@ -127,6 +128,15 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
       {"first_loss", records.front()["loss"]},
       {"last_loss", records.back()["loss"]},
       {"run_dir", run_dir}};
+  if (ledger.contains("pipeline")) {  // every step's, warm-up included
+    const auto& pl = ledger["pipeline"];
+    j["pipeline"] = {{"schedule", pl["schedule"]},
+                     {"virtual_stages", pl["virtual_stages"]},
+                     {"micro_batches", pl["micro_batches"]},
+                     {"bubble_fraction", pl["bubble_fraction"]},
+                     {"bubble_fraction_per_rank", pl["bubble_fraction_per_rank"]},
+                     {"predicted_bubble_fraction", pl["predicted_bubble_fraction"]}};
+  }
   if (opt.json) {
     print_json(j, /*pretty=*/false);
     return outcome.exit_code;
@@ -134,10 +144,10 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
   const double tp_comm = j["tp_comm_s_per_step"].get<double>();
   std::cout << "# hpctrain bench train: " << opt.config << ", " << j["model"].get<std::string>()
             << " (" << j["parameters"].get<std::int64_t>() << " parameters)\n"
-            << "# " << world_size << " ranks (dp=" << session.grid->dp_size()
-            << " x tp=" << session.grid->tp_size() << "), " << session.device.threads
-            << " thread(s) per rank, global batch " << number_text(global_batch) << ", " << steps
-            << " steps (" << opt.warmup << " warm-up steps not timed)\n";
+            << "# " << world_size << " ranks (" << session.grid->describe() << "), "
+            << session.device.threads << " thread(s) per rank, global batch "
+            << number_text(global_batch) << ", " << steps << " steps (" << opt.warmup
+            << " warm-up steps not timed)\n";
   Table t;
   t.row("step time", step_time, "s");
   t.row("tokens/s", std::round(j["tokens_per_s"].get<double>()), "");
@@ -148,6 +158,11 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
         str("(", number_text(100.0 * tp_comm / step_time), "% of a step; slowest rank ",
             number_text(j["tp_comm_s_per_step_max_rank"].get<double>()), " s; ",
             number_text(j["tp_collectives_per_step"].get<double>()), " collectives)"));
+  if (j.contains("pipeline")) {
+    t.row("pipeline bubble", 100 * j["pipeline"]["bubble_fraction"].get<double>(), "%",
+          str("(measured, every step; the formula says ",
+              number_text(100 * j["pipeline"]["predicted_bubble_fraction"].get<double>()), "%)"));
+  }
   t.row("first loss", j["first_loss"].get<double>(), "");
   t.row("last loss", j["last_loss"].get<double>(), "");
   t.print(std::cout);

@@ -30,6 +30,7 @@ namespace {
 
 struct EnvOptions {
   int tp = 1;
+  int pp = 1;
   bool json = false;
 };
 
@@ -47,7 +48,7 @@ std::string blas_library() {
 }
 
 int run_env(CommandContext& ctx, const EnvOptions& opt) {
-  Session session = make_session(ctx, opt.tp);
+  Session session = make_session(ctx, opt.tp, opt.pp);
   auto& rt = ctx.runtime;
 
   // Ranks per node may differ between nodes: report the range.
@@ -63,12 +64,13 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
   // Where every rank runs: host, local rank and grid coordinates, gathered to rank 0.
   struct Placement {
     char host[64];
-    int local_rank, dp_rank, tp_rank;
+    int local_rank, dp_rank, pp_rank, tp_rank;
   };
   Placement mine{};
   std::snprintf(mine.host, sizeof(mine.host), "%s", rt.host().c_str());
   mine.local_rank = rt.local_rank();
   mine.dp_rank = session.grid->dp_rank();
+  mine.pp_rank = session.grid->pp_rank();
   mine.tp_rank = session.grid->tp_rank();
   const std::vector<std::uint8_t> gathered =
       session.control.world->gather_bytes(&mine, sizeof(Placement));
@@ -87,6 +89,7 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
   j["nodes"] = rt.node_count();
   j["ranks_per_node"] = range(local_range);
   j["grid"] = {{"dp", session.grid->dp_size()},
+               {"pp", session.grid->pp_size()},
                {"tp", session.grid->tp_size()},
                {"tp_groups_within_nodes", session.grid->tp_groups_within_nodes()}};
   j["host_rank0"] = rt.host();
@@ -136,6 +139,7 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
                          {"host", all[r].host},
                          {"local_rank", all[r].local_rank},
                          {"dp_rank", all[r].dp_rank},
+                         {"pp_rank", all[r].pp_rank},
                          {"tp_rank", all[r].tp_rank}});
       }
       j["ranks"] = ranks;
@@ -146,6 +150,19 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
         std::string text = value.is_string() ? value.get<std::string>() : value.dump();
         std::cout << "  " << key << std::string(key.size() < 24 ? 24 - key.size() : 1, ' ') << text
                   << "\n";
+      }
+      // The grid rank by rank: world = dp x pp x tp, tp innermost (docs/PIPELINE.md, "Grid").
+      std::cout << "grid " << session.grid->describe() << " (world rank = (dp x "
+                << session.grid->pp_size() << " + pp) x " << session.grid->tp_size() << " + tp)\n";
+      for (std::size_t r = 0; r < all.size(); ++r) {
+        std::cout << "  rank " << r
+                  << std::string(r < 10    ? 6
+                                 : r < 100 ? 5
+                                           : 4,
+                                 ' ')
+                  << "dp " << all[r].dp_rank << "  pp " << all[r].pp_rank << "  tp "
+                  << all[r].tp_rank << "  " << all[r].host << " (local rank " << all[r].local_rank
+                  << ")\n";
       }
       std::cout << std::flush;
     }
@@ -158,6 +175,8 @@ const CommandRegistration reg = command<EnvOptions>(
     "env", "Print versions, MPI layout, grid and devices (paste it into bug reports)",
     [](CLI::App& app, EnvOptions& opt) {
       app.add_option("--tp", opt.tp, "Tensor-parallel size of the grid to report")
+          ->check(CLI::PositiveNumber);
+      app.add_option("--pp", opt.pp, "Pipeline stages of the grid to report")
           ->check(CLI::PositiveNumber);
       app.add_flag("--json", opt.json, "Print JSON instead of a table");
     },

@@ -57,6 +57,7 @@ void list_run(const std::string& run_dir, std::ostream& out) {
         bytes += f.at("bytes").get<std::uint64_t>();
       line += str("  step ", m.at("step").get<std::int64_t>(), ", ",
                   format_bytes(static_cast<double>(bytes)), ", dp=", m.at("grid").at("dp"),
+                  m.at("grid").value("pp", 1) > 1 ? str(" x pp=", m.at("grid").at("pp")) : "",
                   " x tp=", m.at("grid").at("tp"));
       if (m.contains("metric") && m.at("metric").is_number()) {
         line += str(", ", m.value("metric_name", std::string("metric")), " ",
@@ -81,6 +82,7 @@ std::string describe(const std::string& dir, const nlohmann::json& m) {
              m.value("hdf5_version", std::string("?")), ") at ",
              m.value("created_at", std::string("?")), " on ", m.at("world_size").get<int>(),
              " ranks, dp=", m.at("grid").at("dp").get<int>(),
+             m.at("grid").value("pp", 1) > 1 ? str(" x pp=", m.at("grid").at("pp").get<int>()) : "",
              " x tp=", m.at("grid").at("tp").get<int>(), "\n");
   out << "  config xxh3 " << m.value("config_xxh3", std::string("?"));
   if (m.contains("metric") && m.at("metric").is_number()) {

@@ -12,6 +12,7 @@
 #include "command.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/run_plan.hpp"
@@ -171,6 +172,18 @@ int run_plan(CommandContext& ctx, PlanOptions& options) {
   Table t;
   add_plan_rows(t, plan);
   add_memory_rows(t, memory);
+  if (result.pipeline.on()) {
+    const train::PipelinePlan& pipeline = result.pipeline;
+    const auto& shape = pipeline.shape;
+    t.section(str("pipeline (pp=", shape.pp, " ", plan::pipeline_schedule_name(shape.kind),
+                  shape.virtual_stages > 1 ? str(" V=", shape.virtual_stages) : std::string(), ", ",
+                  shape.micro_batches, " micro-batches)"));
+    t.row("bubble: (pp-1)/(V m+pp-1)", pipeline.bubble * 100, "% of a step");
+    if (plan.timed) {
+      t.row("training wall time with the bubble", plan.train_wall_s / (1 - pipeline.bubble), "s",
+            human_seconds(plan.train_wall_s / (1 - pipeline.bubble)));
+    }
+  }
   if (calibration) {
     const LedgerCalibration& c = *calibration;
     t.section(str("calibration: ", o.calibrate, " (", c.model_name, ", ", c.world_size, " ranks x ",

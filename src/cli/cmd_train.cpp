@@ -58,8 +58,8 @@ std::int64_t checkpoint_global_batch(const std::string& run_dir, const std::stri
 // checkpoint's global batch (data.batch_size x dp x optim.grad_accumulation) by changing the
 // accumulation, or else the per-rank batch, so the run continues with the same optimisation.
 // Collective over the world: rank 0 reads the manifest and broadcasts what it found.
-void keep_global_batch(CommandContext& ctx, Config& config, const std::string& default_dir, int tp,
-                       const TrainOptions& opt) {
+void keep_global_batch(CommandContext& ctx, Config& config, const std::string& default_dir,
+                       int model_ranks, const TrainOptions& opt) {
   // A deep copy: reading records defaults, which must stay out of the real config's tree.
   Config probe = Config::parse(config.dump(), config.origin());
   const train::TrainConfig cfg = train::TrainConfig::from(probe, default_dir);
@@ -68,7 +68,7 @@ void keep_global_batch(CommandContext& ctx, Config& config, const std::string& d
   // Only rank 0 read it (the others hold 0): the maximum is rank 0's value.
   saved = comm::ControlPlane(ctx.runtime.world(), "world").reduce(saved, comm::ReduceOp::kMax);
   if (saved <= 0) return;
-  const std::int64_t dp = ctx.runtime.world_size() / tp;
+  const std::int64_t dp = ctx.runtime.world_size() / model_ranks;  // tp x pp ranks per replica
   const std::int64_t batch = cfg.data.batch_size;
   const std::int64_t now = batch * dp * cfg.optim.grad_accumulation;
   if (now == saved) return;
@@ -96,14 +96,16 @@ int run_train(CommandContext& ctx, const TrainOptions& opt) {
   // Config, overrides and the grid shape are read and checked on every rank before any collective.
   Config config = Config::load(opt.config);
   for (const auto& assignment : opt.overrides) config.set(assignment);
-  const int tp = parallel::ParallelConfig::of(config).tp;
-  runtime::validate_grid(ctx.runtime.world_size(), tp);  // before any collective
+  const parallel::ParallelConfig parallel = parallel::ParallelConfig::of(config);
+  const int tp = parallel.tp;
+  const int pp = parallel.pp;
+  runtime::validate_grid(ctx.runtime.world_size(), tp, pp);  // before any collective
   const std::string default_dir = "runs/" + std::filesystem::path(opt.config).stem().string();
   const bool rank0 = ctx.runtime.world_rank() == 0;
   // The outcome of this start only: the previous start's file goes (a job script reads it).
   if (!opt.outcome_file.empty()) runtime::set_outcome_file(opt.outcome_file, rank0);
-  if (opt.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp, opt);
-  Session session = make_session(ctx, tp);
+  if (opt.keep_global_batch) keep_global_batch(ctx, config, default_dir, tp * pp, opt);
+  Session session = make_session(ctx, tp, pp);
   train::Trainer trainer(config, default_dir, environment(ctx, session), opt.resume);
   if (opt.outcome_file.empty())
     runtime::set_outcome_file(trainer.config().run.dir + "/outcome.json", rank0);

@@ -21,9 +21,9 @@ struct Session {
   comm::ControlGroups control;     ///< control plane (host values)
 };
 
-/// Validates the grid (tp must divide the world size: a ConfigError on every rank before any
+/// Validates the grid (tp x pp must divide the world size: a ConfigError on every rank before any
 /// collective), binds the device and builds the communicators. Collective over the world.
-Session make_session(CommandContext& ctx, int tp);
+Session make_session(CommandContext& ctx, int tp, int pp = 1);
 
 /// The session as the environment Trainer and OfflineEvaluator take. Local.
 comm::Environment environment(const CommandContext& ctx, const Session& session);

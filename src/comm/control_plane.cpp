@@ -265,6 +265,7 @@ ControlGroups make_control_groups(const runtime::ProcessGrid& grid) {
   groups.world = std::make_shared<ControlPlane>(grid.world_comm(), "world");
   groups.dp = std::make_shared<ControlPlane>(grid.dp_comm(), "dp");
   groups.tp = std::make_shared<ControlPlane>(grid.tp_comm(), "tp");
+  groups.pp = std::make_shared<ControlPlane>(grid.pp_comm(), "pp");
   return groups;
 }
 

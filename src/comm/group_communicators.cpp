@@ -32,6 +32,7 @@ GroupCommunicators make_group_communicators(const runtime::Runtime& runtime,
     groups.world = make_nccl_communicator(grid.world_comm(), "world", device.cuda_index);
     groups.dp = make_nccl_communicator(grid.dp_comm(), "dp", device.cuda_index);
     groups.tp = make_nccl_communicator(grid.tp_comm(), "tp", device.cuda_index);
+    groups.pp = make_nccl_communicator(grid.pp_comm(), "pp", device.cuda_index);
   } else {
     // The communication thread overlaps all-reduce with backward; it needs MPI_THREAD_MULTIPLE
     // because the main thread keeps calling MPI on other groups meanwhile.
@@ -39,6 +40,7 @@ GroupCommunicators make_group_communicators(const runtime::Runtime& runtime,
     groups.world = std::make_shared<MpiCommunicator>(grid.world_comm(), "world", async_thread);
     groups.dp = std::make_shared<MpiCommunicator>(grid.dp_comm(), "dp", async_thread);
     groups.tp = std::make_shared<MpiCommunicator>(grid.tp_comm(), "tp", async_thread);
+    groups.pp = std::make_shared<MpiCommunicator>(grid.pp_comm(), "pp", async_thread);
   }
   return groups;
 }

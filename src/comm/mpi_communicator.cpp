@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
+#include <thread>
+#include <vector>
 
 #include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -375,6 +377,118 @@ torch::Tensor MpiCommunicator::reduce_scatter(const torch::Tensor& tensor, Reduc
   }
   if (op == ReduceOp::kAvg) output.div_(size_);
   return is_half_type(dtype) ? output.to(dtype) : output;
+}
+
+std::string MpiCommunicator::describe_peers(const std::vector<P2PMessage>& batch) const {
+  std::string text;
+  for (const P2PMessage& m : batch) {
+    const bool send = m.kind == P2PMessage::Kind::kSend;
+    // The channel's members are the group's world ranks, in group rank order.
+    const int world = channel_ && m.peer >= 0 && m.peer < size_
+                          ? channel_->members()[static_cast<std::size_t>(m.peer)]
+                          : MPI_UNDEFINED;
+    text += str(text.empty() ? "" : ", ", send ? "send to" : "recv from", " group rank ", m.peer,
+                world == MPI_UNDEFINED ? std::string() : str(" = world rank ", world));
+  }
+  return text;
+}
+
+WorkHandle MpiCommunicator::send_recv_async(std::vector<P2PMessage> batch) {
+  std::int64_t bytes = 0;
+  for (const P2PMessage& m : batch) {
+    const char* what = m.kind == P2PMessage::Kind::kSend ? "send" : "recv";
+    check_cpu(m.tensor, what, name_);
+    if (m.peer < 0 || m.peer >= size_ || m.peer == rank_) {
+      throw CommError(str(what, " on group ", name_, ": peer ", m.peer, " is not another rank of ",
+                          "the group (ranks 0..", size_ - 1, ", this one ", rank_, ")"));
+    }
+    if (!m.tensor.is_contiguous()) {
+      throw CommError(str(what, " on group ", name_, ": the tensor must be contiguous, got ",
+                          m.tensor.sizes(), " with strides ", m.tensor.strides(),
+                          "; pass .contiguous()"));
+    }
+    bytes += static_cast<std::int64_t>(byte_size(m.tensor));
+  }
+  // Recorded in the flight recorder when posted, not numbered on the group's channel (only the
+  // pair takes part: runtime/collective_scope.hpp); the watchdog's report names the peers.
+  runtime::IssuedOp issued;
+  if (!batch.empty()) {
+    issued = runtime::issue_op(nullptr, "send_recv", name_.c_str(), static_cast<std::size_t>(bytes),
+                               c10::toString(batch.front().tensor.scalar_type()));
+    issued.detail = describe_peers(batch);
+    for (const P2PMessage& m : batch) {
+      if (channel_) issued.peers.push_back(channel_->members()[static_cast<std::size_t>(m.peer)]);
+    }
+  }
+  return enqueue([this, batch = std::move(batch),
+                  issued = std::move(issued)]() { send_recv_now(batch, issued); },
+                 "send_recv", bytes);
+}
+
+namespace {
+
+// A message of `bytes` bytes as MPI messages of at most kMaxCount bytes (offset, count); one
+// empty piece for an empty message. Both sides cut a message of one size alike, and pieces
+// between one pair of ranks on one tag arrive in the order they were posted.
+std::vector<std::pair<std::int64_t, int>> pieces(std::int64_t bytes) {
+  std::vector<std::pair<std::int64_t, int>> out;
+  std::int64_t offset = 0;
+  do {
+    const int n = static_cast<int>(std::min(kMaxCount, bytes - offset));
+    out.emplace_back(offset, n);
+    offset += n;
+  } while (offset < bytes);
+  return out;
+}
+
+}  // namespace
+
+void MpiCommunicator::send_recv_now(const std::vector<P2PMessage>& batch,
+                                    const runtime::IssuedOp& issued) {
+  if (batch.empty()) return;
+  runtime::CollectiveScope watch(issued);
+  std::vector<MPI_Request> requests;
+  std::vector<int> expected;  // per request: the bytes a receive must get (-1: a send)
+  for (const P2PMessage& m : batch) {
+    auto* data = static_cast<char*>(m.tensor.data_ptr());
+    const auto size = static_cast<std::int64_t>(byte_size(m.tensor));
+    for (const auto& [offset, n] : pieces(size)) {
+      requests.emplace_back();
+      if (m.kind == P2PMessage::Kind::kSend) {
+        HPCTRAIN_MPI_CHECK(
+            MPI_Isend(data + offset, n, MPI_BYTE, m.peer, 0, comm_, &requests.back()));
+        expected.push_back(-1);
+      } else {
+        HPCTRAIN_MPI_CHECK(
+            MPI_Irecv(data + offset, n, MPI_BYTE, m.peer, 0, comm_, &requests.back()));
+        expected.push_back(n);
+      }
+    }
+  }
+  // A short spin catches a neighbour that is already there; after that, short sleeps (doubling to
+  // 100 us) leave the cores to computing ranks while this one waits for its neighbour.
+  const int count = static_cast<int>(requests.size());
+  std::vector<MPI_Status> statuses(requests.size());
+  long delay_us = 0;
+  for (;;) {
+    int done = 0;
+    HPCTRAIN_MPI_CHECK(MPI_Testall(count, requests.data(), &done, statuses.data()));
+    if (done) break;
+    if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    delay_us = delay_us == 0 ? 1 : std::min(delay_us * 2, 100L);
+  }
+  // A receive must be filled exactly: a shorter message means the two sides disagree on what
+  // travels (a longer one is MPI's truncation error above).
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (expected[i] < 0) continue;
+    int got = 0;
+    MPI_Get_count(&statuses[i], MPI_BYTE, &got);
+    if (got != expected[i]) {
+      throw CommError(str("recv on group ", name_, " from group rank ", statuses[i].MPI_SOURCE,
+                          ": got ", got, " bytes, expected ", expected[i],
+                          ": the two ranks disagree on the message (shape or dtype)"));
+    }
+  }
 }
 
 void MpiCommunicator::barrier() {

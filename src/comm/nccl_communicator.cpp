@@ -368,6 +368,54 @@ class NcclCommunicator final : public Communicator {
     if (last_) last_->wait();
   }
 
+  // One NCCL group of sends and receives on the communicator's stream: NCCL matches the messages
+  // between two ranks in the order they are posted, and the group lets a rank send to and
+  // receive from its neighbours at once without either waiting for the other. Recorded in the
+  // flight recorder like the collectives, not numbered on the group's channel (only the pair
+  // takes part: runtime/collective_scope.hpp).
+  WorkHandle send_recv_async(std::vector<P2PMessage> batch) override {
+    std::int64_t bytes = 0;
+    std::string peers;
+    std::vector<int> world_peers;
+    for (const P2PMessage& m : batch) {
+      const bool send = m.kind == P2PMessage::Kind::kSend;
+      const char* what = send ? "send" : "recv";
+      check(m.tensor, what);
+      if (m.peer < 0 || m.peer >= size_ || m.peer == rank_) {
+        throw CommError(str(what, " on group ", name_, ": peer ", m.peer,
+                            " is not another rank of the group (ranks 0..", size_ - 1,
+                            ", this one ", rank_, ")"));
+      }
+      if (!m.tensor.is_contiguous()) {
+        throw CommError(str(what, " on group ", name_, ": the tensor must be contiguous"));
+      }
+      bytes += static_cast<std::int64_t>(m.tensor.numel()) * m.tensor.element_size();
+      const int world = channel_ ? channel_->members()[static_cast<std::size_t>(m.peer)] : -1;
+      if (world >= 0) world_peers.push_back(world);
+      peers += str(peers.empty() ? "" : ", ", send ? "send to" : "recv from", " group rank ",
+                   m.peer, world >= 0 ? str(" = world rank ", world) : std::string());
+    }
+    if (batch.empty()) return leave(Entered{});
+    Entered entered =
+        enter_bytes("send_recv", bytes, c10::toString(batch.front().tensor.scalar_type()), nullptr);
+    entered.issued.detail = std::move(peers);
+    entered.issued.peers = std::move(world_peers);
+    HPCTRAIN_NCCL_CHECK(ncclGroupStart());
+    for (const P2PMessage& m : batch) {
+      // As bytes: the two sides agree on sizes, not on how the bytes are typed.
+      const auto count = static_cast<size_t>(m.tensor.numel() * m.tensor.element_size());
+      if (m.kind == P2PMessage::Kind::kSend) {
+        HPCTRAIN_NCCL_CHECK(
+            ncclSend(m.tensor.data_ptr(), count, ncclUint8, m.peer, comm_, stream_));
+      } else {
+        HPCTRAIN_NCCL_CHECK(
+            ncclRecv(m.tensor.data_ptr(), count, ncclUint8, m.peer, comm_, stream_));
+      }
+    }
+    HPCTRAIN_NCCL_CHECK(ncclGroupEnd());
+    return leave(entered);
+  }
+
  private:
   void check(const torch::Tensor& t, const char* operation) const {
     if (!t.defined() || !t.is_cuda()) {
@@ -436,6 +484,12 @@ class NcclCommunicator final : public Communicator {
     return anchor_ns_ + static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
   }
   Entered enter(const char* name, const torch::Tensor& buffer) {
+    return enter_bytes(name, static_cast<std::int64_t>(buffer.numel()) * buffer.element_size(),
+                       c10::toString(buffer.scalar_type()), channel_);
+  }
+  // The same for `bytes` of `dtype`, numbered on `channel` (nullptr: a point-to-point batch).
+  Entered enter_bytes(const char* name, std::int64_t bytes, const char* dtype,
+                      runtime::Channel* channel) {
     if (size_ > 1 && runtime::FlightRecorder::capacity() > 0) anchor();  // the stream is idle
     cudaEvent_t ready;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
@@ -444,15 +498,13 @@ class NcclCommunicator final : public Communicator {
     cudaEventDestroy(ready);
     if (size_ == 1) return {};  // nothing travels: no communication to show
     reap();
-    const auto bytes = static_cast<std::int64_t>(buffer.numel()) *
-                       static_cast<std::int64_t>(buffer.element_size());
     Entered e;
-    e.issued = runtime::issue_op(channel_, name, name_.c_str(), static_cast<std::size_t>(bytes),
-                                 c10::toString(buffer.scalar_type()));
-    if (channel_) channel_->enter(e.issued.seq, name);
+    e.issued =
+        runtime::issue_op(channel, name, name_.c_str(), static_cast<std::size_t>(bytes), dtype);
+    if (channel) channel->enter(e.issued.seq, name);
     runtime::FlightRecorder::record_start(e.issued.record);
     e.times.started = timing_event(e.issued.record);
-    numbered_.store(e.issued.seq);
+    if (channel) numbered_.store(e.issued.seq);
     e.traced = timeline_->begin(name, bytes);
     return e;
   }
@@ -465,7 +517,7 @@ class NcclCommunicator final : public Communicator {
     if (times.started) times.ended = timing_event(entered.issued.record);
     auto work = std::make_shared<NcclWork>(done);
     last_ = work;
-    if (entered.issued.seq > 0) {
+    if (entered.issued.seq > 0 || entered.issued.record >= 0) {  // numbered, or recorded
       std::lock_guard<std::mutex> lock(inflight_mutex_);
       inflight_.push_back({entered.issued, work, times});
     } else {

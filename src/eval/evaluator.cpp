@@ -76,7 +76,9 @@ EvalResult evaluate(model::Model& model, data::Dataset& dataset, comm::ControlPl
       auto inputs = batch.inputs.to(device);
       auto targets = batch.targets.to(device);
       model::LossOutput out;
-      {
+      if (options.forward_loss) {
+        out = options.forward_loss(inputs, targets);
+      } else {
         compat::AutocastScope autocast(
             options.precision == Precision::kFp16 && !device.is_cuda()
                 ? at::kFloat  // LibTorch's CPU autocast has bfloat16 only

@@ -19,7 +19,7 @@ std::vector<checkpoint::TensorRecord> model_records(model::Model& model) {
 }
 
 void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key,
-                           std::int64_t vocab_size, FitAdvice advice) {
+                           std::int64_t vocab_size, FitAdvice advice, bool trial_forward) {
   const bool training = advice == FitAdvice::kTraining;
   const char* whose = training ? "the model" : "the checkpoint's model";
   const auto& info = dataset.info();
@@ -44,6 +44,7 @@ void check_data_fits_model(model::Model& model, data::Dataset& dataset, const st
   // User models (TorchScript) check the shapes of their outputs; built-in models do nothing.
   model.check_batch(one.inputs.to(device), one.targets.to(device),
                     task == Task::kLanguageModel ? info.vocab_size : info.num_classes, key);
+  if (!trial_forward) return;
   // One sample through the forward pass (every rank of a tp group alike: tensor-parallel layers
   // communicate inside it), in evaluation mode: the trial neither draws dropout randomness nor
   // updates batch statistics.

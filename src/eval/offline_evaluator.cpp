@@ -122,7 +122,7 @@ model::Model& OfflineEvaluator::Impl::model_for(RunConfig& config) {
   if (!m) {
     const auto& grid = env.grid;
     // The weights come from the checkpoint; the seed only makes the throwaway init repeatable.
-    model::ModelContext ctx{env.comms.tp, grid.tp_rank(), grid.tp_size(), 0};
+    model::ModelContext ctx{env.comms.tp, grid.tp_rank(), grid.tp_size(), 0, {}};
     torch::manual_seed(0);
     m = config.build_model(ctx);
     m->to(device);

@@ -8,6 +8,7 @@
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -82,31 +83,58 @@ GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
   return o;
 }
 
-Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed)
-    : options_(options), tp_(std::move(tp)) {
+Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed,
+         const PipelinePart& pipeline)
+    : options_(options), tp_(std::move(tp)), pipeline_(pipeline) {
   const std::int64_t d = options.width;
-  wte = register_module("wte", std::make_shared<parallel::VocabParallelEmbedding>(
-                                   options.vocab_size, d, tp_, "wte", seed));
-  add_shards("wte", wte->shards());
-  wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
-  wpe_weight_ = wpe->register_parameter(
-      "weight", parallel::init_normal_shard(
-                    seed, "wpe.weight", parallel::TensorShard{{options.seq_len, d}}, 0.02, 0, 1));
-  blocks = register_module("blocks", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < options.layers; ++i) {
-    const std::string prefix = str("blocks.", i);
-    auto block = std::make_shared<GptBlock>(options, tp_, prefix, seed);
-    block->attn->int8_owner = this;
-    block->mlp->int8_owner = this;
-    blocks->push_back(block);
-    add_shards(prefix + ".attn.qkv", block->attn->qkv->shards());
-    add_shards(prefix + ".attn.proj", block->attn->proj->shards());
-    add_shards(prefix + ".mlp.fc", block->mlp->fc->shards());
-    add_shards(prefix + ".mlp.proj", block->mlp->proj->shards());
-    blocks_.push_back(std::move(block));
+  // This rank's chunks: stage c x pp + rank each, with their blocks.
+  const int stages = pipeline.stages();
+  const std::vector<int> per_stage =
+      plan::pipeline_stage_blocks(static_cast<int>(options.layers), stages, pipeline.layers);
+  for (int c = 0; c < pipeline.virtual_stages; ++c) {
+    Chunk chunk;
+    chunk.stage = pipeline.stage_of_chunk(c);
+    for (int s = 0; s < chunk.stage; ++s) chunk.first += per_stage[static_cast<std::size_t>(s)];
+    chunk.end = chunk.first + per_stage[static_cast<std::size_t>(chunk.stage)];
+    chunk.embeds = chunk.stage == 0;
+    chunk.heads = chunk.stage == stages - 1;
+    chunks_.push_back(chunk);
   }
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5)));
-  if (!options.tied_embeddings) {
+  const bool embeds = chunks_.front().embeds;
+  const bool heads = chunks_.back().heads;
+  // Registration order is the whole model's (wte, wpe, blocks, ln_f, lm_head), restricted to
+  // what this rank holds; the last stage's copy of a tied wte comes first like the original.
+  if (embeds || (heads && options.tied_embeddings)) {
+    wte = register_module("wte", std::make_shared<parallel::VocabParallelEmbedding>(
+                                     options.vocab_size, d, tp_, "wte", seed));
+    add_shards("wte", wte->shards());
+  }
+  if (embeds) {
+    wpe = register_module("wpe", std::make_shared<torch::nn::Module>());
+    wpe_weight_ = wpe->register_parameter(
+        "weight", parallel::init_normal_shard(
+                      seed, "wpe.weight", parallel::TensorShard{{options.seq_len, d}}, 0.02, 0, 1));
+  }
+  blocks = register_module("blocks", std::make_shared<torch::nn::Module>());
+  for (const Chunk& chunk : chunks_) {
+    for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
+      const std::string prefix = str("blocks.", i);
+      auto block = std::make_shared<GptBlock>(options, tp_, prefix, seed);
+      block->attn->int8_owner = this;
+      block->mlp->int8_owner = this;
+      blocks->register_module(std::to_string(i), block);
+      add_shards(prefix + ".attn.qkv", block->attn->qkv->shards());
+      add_shards(prefix + ".attn.proj", block->attn->proj->shards());
+      add_shards(prefix + ".mlp.fc", block->mlp->fc->shards());
+      add_shards(prefix + ".mlp.proj", block->mlp->proj->shards());
+      blocks_[i] = std::move(block);
+    }
+  }
+  if (heads) {
+    ln_f =
+        register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d}).eps(1e-5)));
+  }
+  if (heads && !options.tied_embeddings) {
     lm_head =
         register_module("lm_head", std::make_shared<parallel::ColumnParallelLinear>(
                                        parallel::ColumnParallelLinearOptions(d, options.vocab_size)
@@ -121,6 +149,28 @@ Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed)
       shard_infos_[item.key()] = ShardInfo{item.value().sizes().vec(), -1};
     }
   }
+}
+
+std::pair<std::int64_t, std::int64_t> Gpt::chunk_blocks(int chunk) const {
+  const Chunk& c = chunks_.at(static_cast<std::size_t>(chunk));
+  return {c.first, c.end};
+}
+
+std::vector<StageCopy> Gpt::stage_copies() const {
+  std::vector<StageCopy> copies;
+  const int last = pipeline_.stages() - 1;
+  // Both copies on one rank would be one parameter (pp = 1): nothing to reconcile.
+  if (!options_.tied_embeddings ||
+      plan::stage_rank(0, pipeline_.pp) == plan::stage_rank(last, pipeline_.pp)) {
+    return copies;
+  }
+  if (chunks_.front().embeds) copies.push_back(StageCopy{"wte.weight", last, true});
+  if (chunks_.back().heads) copies.push_back(StageCopy{"wte.weight", 0, false});
+  return copies;
+}
+
+std::vector<std::int64_t> Gpt::stage_activation_shape(const torch::Tensor& inputs) const {
+  return {inputs.size(0), inputs.size(1), options_.width};
 }
 
 void Gpt::add_shards(const std::string& prefix,
@@ -141,7 +191,7 @@ const torch::Tensor& Gpt::causal_mask(const torch::Tensor& like) {
   return causal_mask_;
 }
 
-torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
+torch::Tensor Gpt::embed(const torch::Tensor& inputs) {
   if (inputs.dim() != 2 || inputs.scalar_type() != torch::kLong) {
     throw DataError(str("gpt: inputs must be int64 token ids [batch, seq], got ",
                         c10::toString(inputs.scalar_type()), " ", inputs.sizes()));
@@ -165,8 +215,37 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
   wait_for_parameters(*wpe);
   torch::Tensor x = torch::add(wte->forward(inputs), wpe_weight_.narrow(0, 0, t));
   if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
+  return x;
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
+  if (pipeline_.cut()) {
+    throw Error(str("gpt: forward() of a model cut into ", pipeline_.stages(),
+                    " pipeline stages: run its stages with forward_chunk (internal error)"));
+  }
+  return forward_chunk(0, inputs);
+}
+
+torch::Tensor Gpt::forward_chunk(int chunk_index, const torch::Tensor& input) {
+  if (chunk_index < 0 || chunk_index >= pipeline_chunks()) {
+    throw Error(str("gpt: chunk ", chunk_index, " of ", pipeline_chunks(), " (internal error)"));
+  }
+  const Chunk& chunk = chunks_[static_cast<std::size_t>(chunk_index)];
+  torch::Tensor x;
+  if (chunk.embeds) {
+    x = embed(input);
+  } else {
+    if (input.dim() != 3 || input.size(2) != options_.width || input.size(1) > options_.seq_len) {
+      throw Error(str("gpt: stage ", chunk.stage, " got activations ", input.sizes(),
+                      ", expected [batch, seq <= ", options_.seq_len, ", ", options_.width,
+                      "] (internal error)"));
+    }
+    x = input;
+  }
+  const std::int64_t t = x.size(1);
   const torch::Tensor mask = causal_mask(x).narrow(0, 0, t).narrow(1, 0, t);
-  for (const auto& block : blocks_) {
+  for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
+    const auto& block = blocks_.at(i);
     wait_for_parameters(*block);
     if (options_.recompute == Recompute::kBlock && is_training()) {
       // Only the block's input stays for backward; the block runs again there.
@@ -177,6 +256,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& inputs) {
       x = block->forward(x, mask);
     }
   }
+  if (!chunk.heads) return x;
   wait_for_parameters(*ln_f);
   x = ln_f->forward(x);
   if (lm_head) wait_for_parameters(*lm_head);
@@ -209,7 +289,16 @@ LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets)
 
 double Gpt::forward_flops_per_sample() const {
   double non_embedding = 0;
+  if (pipeline_.cut()) {
+    // The whole model's, not this rank's stages' (the same sum: whole numbers add exactly).
+    const double d = static_cast<double>(options_.width);
+    const double f = static_cast<double>(options_.mlp_width());
+    const double block =
+        2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (f * d + f) + (d * f + d);
+    non_embedding = block * static_cast<double>(options_.layers) + 2 * d;
+  }
   for (const auto& [name, info] : shard_infos_) {
+    if (pipeline_.cut()) break;
     if (name == "wte.weight" || name == "wpe.weight" || name == "lm_head.weight") continue;
     double n = 1;
     for (auto s : info.logical_shape) n *= static_cast<double>(s);
@@ -252,7 +341,7 @@ std::shared_ptr<Model> make_gpt(ConfigSection& section, const ModelContext& ctx)
                     ctx.tp ? str("rank ", ctx.tp->rank(), " of ", ctx.tp->size()) : "missing",
                     "; build ModelContext from the process grid's tp group"));
   }
-  return std::make_shared<Gpt>(options, ctx.tp_size > 1 ? ctx.tp : nullptr, ctx.seed);
+  return std::make_shared<Gpt>(options, ctx.tp_size > 1 ? ctx.tp : nullptr, ctx.seed, ctx.pipeline);
 }
 
 }  // namespace hpctrain::model

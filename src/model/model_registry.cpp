@@ -37,6 +37,18 @@ std::mutex& plugin_mutex() {
   return m;
 }
 
+bool registry_builtin(const std::string& name) {
+  return name == "mlp" || name == "cnn" || name == "torchscript";
+}
+
+std::string pipeline_refusal(const std::string& name, const PipelinePart& part) {
+  return str("model.name = ", name, " cannot be cut into pipeline stages (parallel.pp = ", part.pp,
+             part.virtual_stages > 1 ? str(" x parallel.pp_virtual = ", part.virtual_stages) : "",
+             "): only a model that defines its stages can (the built-in gpt); set "
+             "parallel.pp: 1 and use data or tensor parallelism, or parallel.shard_optimizer "
+             "to save memory");
+}
+
 }  // namespace
 
 ShardInfo Model::shard_info(const std::string& name) const {
@@ -62,6 +74,18 @@ std::int64_t Model::logical_parameter_count() const {
     total += n;
   }
   return total;
+}
+
+torch::Tensor Model::forward_chunk(int chunk, const torch::Tensor& input) {
+  if (chunk != 0) {
+    throw Error(str("forward_chunk(", chunk, "): this model is not cut into pipeline stages"));
+  }
+  return forward(input);
+}
+
+std::vector<std::int64_t> Model::stage_activation_shape(const torch::Tensor& inputs) const {
+  (void)inputs;
+  throw Error("stage_activation_shape: this model is not cut into pipeline stages");
 }
 
 std::vector<std::string> model_names() {
@@ -143,8 +167,16 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
                                     name, "; remove model.recompute or set it to none"));
     }
   }
+  if (ctx.pipeline.cut() && name != "gpt" && registry_builtin(name)) {
+    // Known before building: the built-in models other than the gpt are one stage.
+    throw ConfigError(pipeline_refusal(name, ctx.pipeline));
+  }
   try {
-    return it->second(section, ctx);
+    std::shared_ptr<Model> model = it->second(section, ctx);
+    if (ctx.pipeline.cut() && model->pipeline_chunks() == 0) {
+      throw ConfigError(pipeline_refusal(name, ctx.pipeline));
+    }
+    return model;
   } catch (const std::bad_alloc&) {
     throw ConfigError(
         str("model.name = ", name,

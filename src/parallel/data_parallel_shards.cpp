@@ -51,6 +51,17 @@ double DataParallelShards::owned_grad_square_sum(const std::vector<std::size_t>&
   return sum < 0 ? 0.0 : sum;
 }
 
+double DataParallelShards::owned_entry_square_sum(std::size_t index) const {
+  const auto& e = flat_.entries().at(index);
+  double sum = 0;
+  for (const auto& range : owned_) {
+    const std::int64_t begin = std::max(e.offset, range.offset);
+    const std::int64_t end = std::min(e.offset + e.numel, range.offset + range.numel);
+    if (begin < end) sum += flat_.grad_square_sum(begin, end - begin);
+  }
+  return sum;
+}
+
 void DataParallelShards::scale_owned_grads(double factor) {
   torch::NoGradGuard no_grad;
   for (const auto& range : owned_) flat_.grads().narrow(0, range.offset, range.numel).mul_(factor);

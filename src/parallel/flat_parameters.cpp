@@ -2,22 +2,29 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::parallel {
 
 std::vector<int> bucket_entry_counts(const std::vector<std::int64_t>& numels,
-                                     std::int64_t element_bytes, std::int64_t bucket_bytes) {
+                                     std::int64_t element_bytes, std::int64_t bucket_bytes,
+                                     const std::vector<bool>& alone) {
   std::vector<int> counts;
   std::int64_t bucket_numel = 0;
-  for (std::int64_t numel : numels) {
-    if (counts.empty() || bucket_bytes == 0 || bucket_numel * element_bytes >= bucket_bytes) {
+  bool closed = false;  // the bucket being filled holds an entry that stays alone
+  for (std::size_t i = 0; i < numels.size(); ++i) {
+    const bool own = i < alone.size() && alone[i];
+    if (counts.empty() || bucket_bytes == 0 || bucket_numel * element_bytes >= bucket_bytes ||
+        closed || (own && counts.back() > 0)) {
       counts.push_back(0);
       bucket_numel = 0;
     }
     counts.back() += 1;
-    bucket_numel += numel;
+    bucket_numel += numels[i];
+    closed = own;
   }
   return counts;
 }
@@ -37,7 +44,9 @@ FlatParameters::FlatParameters(torch::nn::Module& module, FlatLayout layout) {
                       " but ", named[0].key(), " is ", options.dtype(), " on ", options.device(),
                       ": flat parameter storage needs one dtype and device"));
     }
-    entries_.push_back(Entry{item.key(), p, total, p.numel()});
+    const bool own = std::find(layout.own_bucket.begin(), layout.own_bucket.end(), item.key()) !=
+                     layout.own_bucket.end();
+    entries_.push_back(Entry{item.key(), p, total, p.numel(), own});
     total += p.numel();
   }
   parameter_numel_ = total;
@@ -48,7 +57,7 @@ FlatParameters::FlatParameters(torch::nn::Module& module, FlatLayout layout) {
     for (const auto& e : entries_) numels.push_back(e.numel);
     const auto counts = bucket_entry_counts(
         numels, static_cast<std::int64_t>(c10::elementSize(options.dtype().toScalarType())),
-        layout.bucket_bytes);
+        layout.bucket_bytes, own_bucket_flags());
     std::size_t index = 0;
     total = 0;
     for (int count : counts) {
@@ -105,6 +114,12 @@ double FlatParameters::grad_square_sum(std::int64_t offset, std::int64_t numel) 
   double total = 0;
   for (double v : partial) total += v;  // fixed order
   return total;
+}
+
+std::vector<bool> FlatParameters::own_bucket_flags() const {
+  std::vector<bool> flags;
+  for (const auto& e : entries_) flags.push_back(e.own_bucket);
+  return flags;
 }
 
 const FlatParameters::Entry& FlatParameters::entry(const std::string& name) const {

@@ -40,7 +40,7 @@ GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
   std::vector<std::int64_t> numels;
   for (const auto& e : entries) numels.push_back(e.numel);
   std::size_t first = 0;
-  for (int count : bucket_entry_counts(numels, element, bucket_bytes)) {
+  for (int count : bucket_entry_counts(numels, element, bucket_bytes, flat_.own_bucket_flags())) {
     bucket_offset_.push_back(entries[first].offset);
     bucket_param_count_.push_back(count);
     const int bucket = static_cast<int>(bucket_offset_.size()) - 1;

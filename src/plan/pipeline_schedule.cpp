@@ -283,6 +283,40 @@ PipelineSchedule make_pipeline_schedule(const PipelineShape& shape) {
   return schedule;
 }
 
+std::vector<int> pipeline_stage_blocks(int layers, int stages, const std::vector<int>& chosen) {
+  if (stages < 1) throw ConfigError(str("a pipeline of ", stages, " stages is not valid"));
+  if (stages > layers) {
+    throw ConfigError(str("the pipeline has parallel.pp x parallel.pp_virtual = ", stages,
+                          " model stages but model.layers = ", layers,
+                          " blocks: every stage needs at least one block; use at most ", layers,
+                          " stages (a smaller parallel.pp or parallel.pp_virtual) or more layers"));
+  }
+  if (!chosen.empty()) {
+    if (static_cast<int>(chosen.size()) != stages) {
+      throw ConfigError(str("parallel.pp_layers lists ", chosen.size(),
+                            " stages, but the pipeline has ", stages,
+                            " (parallel.pp x parallel.pp_virtual): give one block count per "
+                            "stage, in stage order"));
+    }
+    int sum = 0;
+    for (int n : chosen) {
+      if (n < 1) {
+        throw ConfigError("parallel.pp_layers: every stage needs at least one block");
+      }
+      sum += n;
+    }
+    if (sum != layers) {
+      throw ConfigError(str("parallel.pp_layers sums to ", sum, " blocks but model.layers = ",
+                            layers, ": the stages must hold every block once"));
+    }
+    return chosen;
+  }
+  std::vector<int> blocks(static_cast<std::size_t>(stages), layers / stages);
+  const int extra = layers % stages;
+  for (int s = 0; s < extra; ++s) blocks[static_cast<std::size_t>(stages - 1 - s)] += 1;
+  return blocks;
+}
+
 double predicted_bubble_fraction(const PipelineShape& s) {
   const double idle = s.pp - 1;
   return idle / (static_cast<double>(s.virtual_stages) * s.micro_batches + idle);

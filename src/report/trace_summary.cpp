@@ -112,7 +112,8 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
     const int rank = e.value("pid", 0);
     const std::string lane = lanes[{rank, e.value("tid", 0)}];
     const double ts = e.value("ts", 0.0), dur = e.value("dur", 0.0);
-    if (lane == "main") {
+    // A pipeline stage's lane holds its forwards and backwards: compute, like the main lane's.
+    if (lane == "main" || lane.rfind("pipeline stage ", 0) == 0) {
       Slice s{e.value("name", ""), {ts, ts + dur}, -1};
       if (e.contains("args") && e["args"].contains("step"))
         s.step = e["args"]["step"].get<std::int64_t>();
@@ -129,7 +130,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
     const std::vector<Interval> tp_busy = merge(tp[rank]);
     for (const auto& step : slices) {
       if (step.name != "step") continue;
-      double compute = 0, data_wait = 0, exposed = 0;
+      double compute = 0, data_wait = 0, exposed = 0, bubble = 0;
       // forward and backward; all compute; the parameter-gather waits inside them
       std::vector<Interval> overlappable, computing, gather_waits;
       for (const auto& s : slices) {
@@ -142,6 +143,7 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
         }
         if (s.name == "forward" || s.name == "backward") overlappable.push_back(s.span);
         if (s.name == "data wait") data_wait += d;
+        if (s.name == "pipeline wait") bubble += d;  // waiting for the neighbouring stages
         if (s.name == "gradient sync") exposed += d;
         // The sharded optimizer's parameter gather, waited for inside forward or the optimizer.
         if (s.name == "parameter gather wait") {
@@ -170,7 +172,8 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
                       {"exposed_ms", exposed / 1000},
                       {"tp_ms", tp_wait / 1000},
                       {"data_wait_ms", data_wait / 1000},
-                      {"other_ms", (total - compute - exposed - data_wait) / 1000}});
+                      {"bubble_ms", bubble / 1000},
+                      {"other_ms", (total - compute - exposed - data_wait - bubble) / 1000}});
       by_step[step.step].emplace_back(total / 1000, rank);
     }
   }
@@ -197,20 +200,21 @@ nlohmann::ordered_json summarize_trace(const std::string& run_dir) {
 std::string trace_summary_text(const nlohmann::ordered_json& summary, const std::string& run_dir) {
   std::string out = str("trace summary of ", run_dir,
                         "/trace.json (milliseconds; step = compute + exposed comm + data wait + "
-                        "other; comm: communication lanes busy, hidden: of that, behind "
+                        "bubble + other; comm: communication lanes busy, hidden: of that, behind "
                         "forward and backward; tp: tensor-parallel collectives, part of "
-                        "exposed)\n");
+                        "exposed; bubble: pipeline stages waiting for their neighbours)\n");
   char line[256];
-  std::snprintf(line, sizeof line, "%6s %5s %9s %9s %9s %9s %9s %9s %9s %9s\n", "step", "rank",
-                "step", "compute", "comm", "hidden", "exposed", "tp", "data wait", "other");
+  std::snprintf(line, sizeof line, "%6s %5s %9s %9s %9s %9s %9s %9s %9s %9s %9s\n", "step", "rank",
+                "step", "compute", "comm", "hidden", "exposed", "tp", "data wait", "bubble",
+                "other");
   out += line;
   for (const auto& r : summary["rows"]) {
-    std::snprintf(line, sizeof line, "%6lld %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n",
-                  static_cast<long long>(r["step"].get<std::int64_t>()), r["rank"].get<int>(),
-                  r["step_ms"].get<double>(), r["compute_ms"].get<double>(),
-                  r["comm_ms"].get<double>(), r["hidden_ms"].get<double>(),
-                  r["exposed_ms"].get<double>(), r["tp_ms"].get<double>(),
-                  r["data_wait_ms"].get<double>(), r["other_ms"].get<double>());
+    std::snprintf(
+        line, sizeof line, "%6lld %5d %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n",
+        static_cast<long long>(r["step"].get<std::int64_t>()), r["rank"].get<int>(),
+        r["step_ms"].get<double>(), r["compute_ms"].get<double>(), r["comm_ms"].get<double>(),
+        r["hidden_ms"].get<double>(), r["exposed_ms"].get<double>(), r["tp_ms"].get<double>(),
+        r["data_wait_ms"].get<double>(), r["bubble_ms"].get<double>(), r["other_ms"].get<double>());
     out += line;
   }
   for (const auto& s : summary["stragglers"]) {

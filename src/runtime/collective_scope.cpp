@@ -26,7 +26,9 @@ CollectiveScope::CollectiveScope(Channel* channel, const char* op, const char* g
 
 CollectiveScope::CollectiveScope(const IssuedOp& issued, bool watched)
     : op_(issued), exceptions_(std::uncaught_exceptions()) {
-  if (watched) watch_.emplace(op_.op, op_.group, op_.bytes, op_.channel, op_.seq);
+  if (watched) {
+    watch_.emplace(op_.op, op_.group, op_.bytes, op_.channel, op_.seq, op_.detail, op_.peers);
+  }
   enter();
 }
 

@@ -38,6 +38,8 @@ struct Slot {
   Clock::time_point since;
   Channel* channel = nullptr;
   std::uint64_t seq = 0;
+  std::string detail;      // point-to-point: the peers
+  std::vector<int> peers;  // their world ranks
 };
 
 struct State {
@@ -58,6 +60,23 @@ State& state() {
 // the job, and how long a rank that leaves the report to another waits for that rank to end it.
 constexpr double kDumpWaitSeconds = 5;
 constexpr double kReporterGraceSeconds = 30;
+// A rank heard from within this is alive as far as the heartbeats know (they come every second).
+constexpr double kFreshSeconds = 3;
+// How long a point-to-point wait whose peers are alive defers its claim to report the hang: the
+// neighbours of the stuck rank time out within the watchdog's period of it and claim first.
+constexpr double kDeferSeconds = 3;
+
+// Whether any of `peers` (world ranks) was not heard from recently (or never). Local.
+bool any_silent(const std::vector<int>& peers, const std::vector<RankPosition>& positions) {
+  for (int peer : peers) {
+    bool fresh = false;
+    for (const RankPosition& p : positions) {
+      if (p.world_rank == peer) fresh = p.known && p.heard_ago_s <= kFreshSeconds;
+    }
+    if (!fresh) return true;
+  }
+  return false;
+}
 
 // Reports a collective past its deadline and ends the job with kExitHang. Runs on the watchdog
 // thread, without the lock.
@@ -65,6 +84,12 @@ constexpr double kReporterGraceSeconds = 30;
   const Runtime* rt = Runtime::current();
   const int world_rank = rt ? rt->world_rank() : 0;
   const std::string host = rt ? node_name(rt->host()) : std::string();
+  // A pipeline stage waiting on a neighbour that itself waits: the rank waiting on the silent
+  // one is nearer the cause, and names it; let it claim first.
+  if (!slot.peers.empty() && PeerMonitor::running() &&
+      !any_silent(slot.peers, PeerMonitor::positions())) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kDeferSeconds));
+  }
   // One message for the job: the ranks whose collectives time out together agree over the
   // heartbeat ring which of them reports; the others only write their flight files.
   const int reporter = PeerMonitor::claim_hang_report();
@@ -77,13 +102,15 @@ constexpr double kReporterGraceSeconds = 30;
                    " reported the hang but the job did not end: aborting"));
     write_outcome(
         kExitHang,
-        str("collective ", slot.operation, " on the ", slot.group, " group has not completed"),
+        str("collective ", slot.operation, " on the ", slot.group, " group",
+            slot.detail.empty() ? std::string() : " (" + slot.detail + ")", " has not completed"),
         world_rank);
     abort_job(kExitHang);
   }
+  const std::string detail = slot.detail.empty() ? std::string() : ", " + slot.detail;
   std::string text =
       str("collective ", slot.operation, " on the ", slot.group, " group (",
-          format_bytes(static_cast<double>(slot.bytes)), ") has not completed after ",
+          format_bytes(static_cast<double>(slot.bytes)), detail, ") has not completed after ",
           format_seconds(waited), " (timeout ", format_seconds(timeout_s), ")");
   std::string summary = text;
   if (slot.channel != nullptr && PeerMonitor::running()) {
@@ -101,6 +128,19 @@ constexpr double kReporterGraceSeconds = 30;
     const HangAttribution attribution = attribute_hang(w, PeerMonitor::positions());
     text += ". " + attribution.text;
     summary = attribution.text;
+  } else if (!slot.peers.empty() && PeerMonitor::running()) {
+    // Point-to-point: where the peers are (not numbered, so no operation to compare).
+    const std::vector<RankPosition> positions = PeerMonitor::positions();
+    std::string where;
+    for (int peer : slot.peers) {
+      for (const RankPosition& p : positions) {
+        if (p.world_rank == peer) where += str(where.empty() ? "" : "; ", describe_position(p));
+      }
+    }
+    if (!where.empty()) {
+      text += ". Its peers: " + where;
+      summary += ". Its peers: " + where;
+    }
   } else if (slot.channel != nullptr && PeerMonitor::timeout() <= 0) {
     const std::string why = PeerMonitor::off_reason();
     text += str(". Which rank it waits for is unknown: the peer monitor is off",
@@ -175,13 +215,15 @@ Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t byt
     : Scope(operation, group, bytes, nullptr, 0) {}
 
 Watchdog::Scope::Scope(const char* operation, const char* group, std::size_t bytes,
-                       Channel* channel, std::uint64_t seq) {
+                       Channel* channel, std::uint64_t seq, std::string detail,
+                       std::vector<int> peers) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.running) return;
   for (int i = 0; i < kSlots; ++i) {
     if (!s.slots[i].busy) {
-      s.slots[i] = Slot{true, operation, group, bytes, Clock::now(), channel, seq};
+      s.slots[i] = Slot{true, operation,         group,           bytes, Clock::now(), channel,
+                        seq,  std::move(detail), std::move(peers)};
       slot_ = i;
       return;
     }

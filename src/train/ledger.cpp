@@ -46,6 +46,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                 {"tokens_per_sample", f.tokens_per_sample}};
   j["grid"] = {{"world_size", f.world_size},
                {"dp", f.dp},
+               {"pp", f.pp},
                {"tp", f.tp},
                {"threads_per_rank", f.threads_per_rank},
                {"device", f.device}};
@@ -83,6 +84,28 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   j["rank_seconds_per_rank"] = per_rank;
   // The per-rank spread the straggler detector saw each logging interval, and whom it named.
   if (!f.stragglers.is_null()) j["stragglers"] = f.stragglers;
+  if (f.pp > 1) {
+    // The bubble measured: each rank's waits for its neighbours over the wall time of the
+    // schedules (forwards, backwards, messages); against the formula for the schedule.
+    const std::vector<double> waits = world.all_gather(mine.pipeline_wait);
+    const std::vector<double> walls = world.all_gather(mine.pipeline_wall);
+    std::vector<double> fractions;
+    double wait_sum = 0, wall_sum = 0;
+    for (std::size_t r = 0; r < waits.size(); ++r) {
+      fractions.push_back(walls[r] > 0 ? waits[r] / walls[r] : 0);
+      wait_sum += waits[r];
+      wall_sum += walls[r];
+    }
+    j["pipeline"] = {{"pp", f.pp},
+                     {"schedule", f.pp_schedule},
+                     {"virtual_stages", f.pp_virtual},
+                     {"micro_batches", f.micro_batches},
+                     {"bubble_seconds_per_rank", waits},
+                     {"schedule_seconds_per_rank", walls},
+                     {"bubble_fraction_per_rank", fractions},
+                     {"bubble_fraction", wall_sum > 0 ? wait_sum / wall_sum : 0},
+                     {"predicted_bubble_fraction", f.predicted_bubble_fraction}};
+  }
   j["peak_rss_bytes_per_rank"] = peaks;
   // Host tensors alive at once: the part of peak RSS that the plan's memory estimate models.
   if (*std::min_element(tensor_peaks.begin(), tensor_peaks.end()) >= 0) {
@@ -142,6 +165,16 @@ std::string ledger_summary(const nlohmann::ordered_json& j) {
   std::int64_t peak = 0;
   for (const auto& v : j["peak_rss_bytes_per_rank"]) peak = std::max(peak, v.get<std::int64_t>());
   out += str("  peak resident memory per rank: up to ", format_bytes(static_cast<double>(peak)));
+  if (j.contains("pipeline")) {
+    const auto& pl = j["pipeline"];
+    std::snprintf(line, sizeof line,
+                  "\n  pipeline bubble (pp=%d %s, %d micro-batches): measured %.1f%% of the "
+                  "schedule, predicted %.1f%%",
+                  pl["pp"].get<int>(), pl["schedule"].get<std::string>().c_str(),
+                  pl["micro_batches"].get<int>(), 100 * pl["bubble_fraction"].get<double>(),
+                  100 * pl["predicted_bubble_fraction"].get<double>());
+    out += line;
+  }
   return out;
 }
 

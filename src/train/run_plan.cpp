@@ -38,14 +38,29 @@ struct RecordedRun {
   std::int64_t samples_evaluated = 0;
 };
 
-// The model, work and optimizer of a run configuration, for `devices` ranks.
+// The model, work and optimizer of a run configuration, for `devices` ranks; its pipeline
+// schedule into `pipeline` (parallel.pp > 1).
 PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
-                              const std::optional<RecordedRun>& recorded, MemoryInputs& memory) {
+                              const std::optional<RecordedRun>& recorded, MemoryInputs& memory,
+                              PipelinePlan& pipeline) {
   const TrainConfig tc = TrainConfig::from(config, "runs/plan");
   const int tp = tc.parallel.tp;
+  const int pp = tc.parallel.pp;
   if (devices % tp != 0) {
     throw ConfigError(str("--devices ", devices, " is not divisible by parallel.tp = ", tp,
                           ": plan for a multiple of ", tp, " devices"));
+  }
+  if (devices % (tp * pp) != 0) {
+    throw ConfigError(str("--devices ", devices,
+                          " is not divisible by parallel.pp x parallel.tp = ", pp * tp,
+                          ": plan for a multiple of ", pp * tp, " devices"));
+  }
+  if (pp > 1) {
+    pipeline.shape.pp = pp;
+    pipeline.shape.virtual_stages = tc.parallel.pp_virtual;
+    pipeline.shape.micro_batches = static_cast<int>(tc.optim.grad_accumulation);
+    pipeline.shape.kind = tc.parallel.pp_schedule;
+    plan::validate_pipeline_shape(pipeline.shape);
   }
   PlanInputs in;
   in.source = str("config ", config.origin());
@@ -56,6 +71,10 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     // Counted analytically so that a config of any size plans without allocating its weights
     // (tests/unit/plan checks the count against the built model).
     const model::GptOptions g = model::read_gpt_options(model_section, tp);
+    if (pp > 1) {
+      pipeline.stage_blocks = plan::pipeline_stage_blocks(
+          static_cast<int>(g.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
+    }
     const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                        g.vocab_size, g.mlp_ratio, g.tied_embeddings};
     memory.gpt = true;
@@ -77,6 +96,11 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
         "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: 6 N D "
         "plus attention";
   } else {
+    if (pp > 1) {
+      throw ConfigError(str("model.name = ", in.model_name,
+                            " cannot be cut into pipeline stages (parallel.pp = ", pp,
+                            "): only the gpt can; set parallel.pp: 1"));
+    }
     // Small models are built on the CPU, unsharded, and their layers counted.
     model::ModelContext ctx;
     auto model = model::build_model(model_section, ctx);
@@ -102,13 +126,14 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   }
   config.check_unknown_keys();
 
-  const std::int64_t dp = devices / tp;
+  const std::int64_t dp = devices / (tp * pp);
   in.devices = devices;
   memory.dp = static_cast<int>(dp);
   memory.tp = tp;
   memory.shard = tc.parallel.shard_optimizer || o.sizes.shard_optimizer;
   memory.precision = tc.run.precision;
-  memory.parameters_per_device = in.parameters / tp;
+  // With pipeline stages each device holds about 1/pp of the layers.
+  memory.parameters_per_device = in.parameters / (tp * pp);
   memory.micro_batch = tc.data.batch_size;
   in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
   in.epochs = o.sizes.epochs > 0 ? o.sizes.epochs : static_cast<double>(tc.run.epochs);
@@ -225,9 +250,11 @@ nlohmann::ordered_json check_against_calibrating_run(const PlanRequest& o,
   Config config = Config::load(config_path.string());
   PlanRequest defaults;
   defaults.sizes.optimizer = o.sizes.optimizer;
-  MemoryInputs memory;  // the check compares compute figures only
-  PlanInputs in = inputs_from_config(config, defaults, cal.world_size,
-                                     RecordedRun{cal.steps, cal.samples_evaluated}, memory);
+  MemoryInputs memory;    // the check compares compute figures only
+  PipelinePlan pipeline;  // and so the bubble's neither
+  PlanInputs in =
+      inputs_from_config(config, defaults, cal.world_size,
+                         RecordedRun{cal.steps, cal.samples_evaluated}, memory, pipeline);
   in.peak_flops_per_device = peak_flops;
   in.utilization = o.utilization;
   in.eval_utilization = o.eval_utilization;
@@ -321,7 +348,7 @@ RunPlan make_run_plan(const PlanRequest& o) {
         o.config.empty() ? (std::filesystem::path(o.calibrate) / "config.yaml").string() : o.config;
     Config config = Config::load(path);
     for (const auto& assignment : o.overrides) config.set(assignment);
-    in = inputs_from_config(config, o, devices, std::nullopt, memory);
+    in = inputs_from_config(config, o, devices, std::nullopt, memory, out.pipeline);
   } else {
     if (!o.overrides.empty()) throw ConfigError("--set needs --config");
     in = plan::inputs_from_sizes(o.sizes, devices, memory);
@@ -365,6 +392,21 @@ RunPlan make_run_plan(const PlanRequest& o) {
   }
   out.memory = plan::make_memory_plan(memory, in.optimizer, device_memory, host_base);
   j["memory"] = plan::memory_plan_to_json(out.memory);
+  // The pipeline's bubble: the share of each step a stage waits for its neighbours, from the
+  // schedule's arithmetic (the plan library's simulation shows it exact for equal stages); the
+  // training time above assumes none, so it is divided by (1 - bubble) here.
+  PipelinePlan& pipeline = out.pipeline;
+  if (pipeline.on()) {
+    pipeline.bubble = plan::predicted_bubble_fraction(pipeline.shape);
+    nlohmann::ordered_json pl{{"pp", pipeline.shape.pp},
+                              {"schedule", plan::pipeline_schedule_name(pipeline.shape.kind)},
+                              {"virtual_stages", pipeline.shape.virtual_stages},
+                              {"micro_batches", pipeline.shape.micro_batches},
+                              {"predicted_bubble_fraction", pipeline.bubble}};
+    if (!pipeline.stage_blocks.empty()) pl["stage_blocks"] = pipeline.stage_blocks;
+    if (plan.timed) pl["train_wall_with_bubble_s"] = plan.train_wall_s / (1 - pipeline.bubble);
+    j["pipeline"] = pl;
+  }
   nlohmann::ordered_json& check = out.check;
   if (calibration) {
     const LedgerCalibration& c = *calibration;

@@ -68,7 +68,8 @@ void RunReport::finish_completed(std::int64_t step, const LedgerFacts& facts,
                   {"task", task_name(facts.task)},
                   {"parameters", facts.parameters},
                   {"tokens_per_sample", facts.tokens_per_sample}};
-    j["grid"] = {{"world_size", facts.world_size}, {"dp", facts.dp}, {"tp", facts.tp}};
+    j["grid"] = {
+        {"world_size", facts.world_size}, {"dp", facts.dp}, {"pp", facts.pp}, {"tp", facts.tp}};
     j["steps"] = step;
     j["samples_trained"] = facts.samples_trained;
     j["flops"] = {{"forward_per_sample", facts.forward_flops_per_sample},

@@ -150,8 +150,12 @@ void TraceSession::write(comm::ControlPlane& world) {
                 ",\"name\":", nlohmann::json(s.name).dump(), ",\"ts\":", micros(start),
                 ",\"dur\":", micros(static_cast<double>(s.end_ns - s.start_ns)));
     if (s.arg >= 0) {
-      text +=
-          str(",\"args\":{\"", std::string(s.name) == "step" ? "step" : "value", "\":", s.arg, "}");
+      // Pipeline stages name their forwards and backwards by micro-batch.
+      const std::string name = s.name;
+      const char* key = name == "step"                            ? "step"
+                        : name == "forward" || name == "backward" ? "micro_batch"
+                                                                  : "value";
+      text += str(",\"args\":{\"", key, "\":", s.arg, "}");
     }
     text += "},\n";
   }

@@ -16,6 +16,7 @@
 #include "hpctrain/data/train_loader.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/model/task_loss.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/flight_recorder.hpp"
@@ -201,11 +202,11 @@ TrainOutcome Trainer::run() {
 
 void Trainer::Impl::log_start() const {
   const auto& grid = env.grid;
-  log::info(str("training ", cfg.model.name, " (", model->logical_parameter_count(),
-                " parameters) on ", grid.describe(), ", ", global_batch, " samples per step (",
-                micro_batch, " per rank x ", grid.dp_size(), " dp ranks x ",
-                cfg.optim.grad_accumulation, " micro-batches), ", total_steps, " steps (",
-                sampler->steps_per_epoch(), " per epoch), run dir ", cfg.run.dir));
+  log::info(str("training ", cfg.model.name, " (", parameters, " parameters) on ", grid.describe(),
+                ", ", global_batch, " samples per step (", micro_batch, " per rank x ",
+                grid.dp_size(), " dp ranks x ", cfg.optim.grad_accumulation, " micro-batches), ",
+                total_steps, " steps (", sampler->steps_per_epoch(), " per epoch), run dir ",
+                cfg.run.dir));
   const auto& info = train_data->info();
   log::info(str("data.train: ", info.num_samples, " samples in ", info.files.size(),
                 info.files.size() == 1 ? " file" : " files",
@@ -294,6 +295,13 @@ void Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
   options.batch_size = cfg.eval.batch_size;
   options.precision = cfg.run.precision;
   options.max_samples = cfg.eval.max_samples;
+  if (pipeline) {  // each batch through a forward-only schedule over the stages
+    const at::ScalarType autocast = autocast_dtype(cfg.run.precision);
+    options.forward_loss = [this, autocast](const torch::Tensor& inputs,
+                                            const torch::Tensor& targets) {
+      return pipeline->evaluate(inputs, targets, autocast);
+    };
+  }
   // Between evaluation batches too, a stop request is agreed on (and acted on after the step).
   options.stop_check = [&] { return stop.stop_requested(); };
   // Every rank evaluates with dp rank 0's buffers (BatchNorm statistics drift apart per rank,
@@ -347,6 +355,7 @@ checkpoint::SaveContent Trainer::Impl::save_content(std::int64_t step) {
   record_data_state(content.trainer_state, *sampler, state.sampler, train_data->info());
   content.tensors = state_records(*model, *dp.flat, *optimizer, /*with_optimizer=*/true,
                                   /*snapshot_buffers=*/true, dp.shards.get());
+  drop_stage_copies(content.tensors, *model);  // saved by the stage holding the primary copy
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
   content.copy = true;
@@ -366,7 +375,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   LedgerFacts facts;
   facts.model_name = cfg.model.name;
   facts.task = model->task();
-  facts.parameters = model->logical_parameter_count();
+  facts.parameters = parameters;
   facts.forward_flops_per_sample = model->forward_flops_per_sample();
   facts.flops_source = model->flops_source();
   facts.tokens_per_sample = tokens_per_sample();
@@ -377,6 +386,13 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.world_size = grid.world_size();
   facts.dp = grid.dp_size();
   facts.tp = grid.tp_size();
+  facts.pp = grid.pp_size();
+  if (pipeline) {
+    facts.pp_schedule = plan::pipeline_schedule_name(cfg.parallel.pp_schedule);
+    facts.pp_virtual = cfg.parallel.pp_virtual;
+    facts.micro_batches = static_cast<int>(cfg.optim.grad_accumulation);
+    facts.predicted_bubble_fraction = plan::predicted_bubble_fraction(pipeline_shape(cfg));
+  }
   facts.threads_per_rank = env.device.threads;
   facts.device = env.device.device;
   facts.precision = cfg.run.precision;

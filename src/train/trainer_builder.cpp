@@ -13,6 +13,7 @@
 #include "hpctrain/data/reader_memory.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -25,6 +26,7 @@
 #include "hpctrain/train/resume_checks.hpp"
 #include "init_weights.hpp"
 #include "input_checks.hpp"
+#include "pipeline_step.hpp"
 #include "run_files.hpp"
 #include "trainer_checkpoint.hpp"
 
@@ -67,6 +69,13 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
     throw ConfigError(str("parallel.tp = ", cfg.parallel.tp, " but the process grid has tp = ",
                           grid.tp_size(), ": build the grid from the same config"));
   }
+  if (cfg.parallel.pp != grid.pp_size()) {
+    throw ConfigError(str("parallel.pp = ", cfg.parallel.pp, " but the process grid has pp = ",
+                          grid.pp_size(), ": build the grid from the same config"));
+  }
+  // The schedule's shape (interleaved needs a multiple of pp micro-batches), before any
+  // collective; the model checks its cut (at least one block per stage) when it is built.
+  if (grid.pp_size() > 1) plan::validate_pipeline_shape(pipeline_shape(cfg));
   if (cfg.run.precision == Precision::kFp16 && p.env.device.cuda_index < 0) {
     throw ConfigError(
         "run.precision = fp16 needs a CUDA device: LibTorch's CPU autocast has bfloat16 only. "
@@ -114,16 +123,18 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
   check_model_input_fits_data(spec, p.train_data->info(), "data.train");
   if (p.val_data) check_model_input_fits_data(spec, p.val_data->info(), "data.val");
   torch::manual_seed(cfg.run.seed);
-  model::ModelContext ctx{p.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed};
+  model::ModelContext ctx{p.env.comms.tp, grid.tp_rank(), grid.tp_size(), cfg.run.seed,
+                          pipeline_part(cfg, grid.pp_rank())};
   auto model_section = config_.section("model");
   p.model = model::build_model(model_section, ctx);
   config_.check_unknown_keys();
   const std::int64_t vocab = spec.vocab_size;
+  const bool trial_forward = grid.pp_size() == 1;  // a stage cannot run alone
   eval::check_data_fits_model(*p.model, *p.train_data, "data.train", vocab,
-                              eval::FitAdvice::kTraining);
+                              eval::FitAdvice::kTraining, trial_forward);
   if (p.val_data) {
     eval::check_data_fits_model(*p.model, *p.val_data, "data.val", vocab,
-                                eval::FitAdvice::kTraining);
+                                eval::FitAdvice::kTraining, trial_forward);
   }
 
   const auto& train_info = p.train_data->info();
@@ -158,8 +169,12 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   p.model->to(p.device);
   DataParallelParts& dp = p.dp;
   const bool shard = cfg.parallel.shard_optimizer;
-  dp.flat = std::make_unique<parallel::FlatParameters>(
-      *p.model, parallel::FlatLayout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1});
+  // A parameter two pipeline stages hold gets a gradient bucket of its own on both, so a sharded
+  // optimizer owns the same elements of it on each (GradientFinalizer::set_stage_copies).
+  const std::vector<model::StageCopy> copies = p.model->stage_copies();
+  parallel::FlatLayout layout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1, {}};
+  for (const auto& copy : copies) layout.own_bucket.push_back(copy.name);
+  dp.flat = std::make_unique<parallel::FlatParameters>(*p.model, layout);
   parallel::broadcast_parameters(*dp.flat, *p.env.comms.dp);
   parallel::broadcast_buffers(*p.model, *p.env.comms.dp);
   dp.sync = std::make_unique<parallel::GradientSynchronizer>(
@@ -174,6 +189,27 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   }
   dp.finalizer = std::make_unique<parallel::GradientFinalizer>(*dp.sync, p.env.comms.tp,
                                                                std::move(replicated));
+  if (!copies.empty()) {
+    std::vector<std::pair<torch::Tensor, int>> pairs;
+    for (const auto& copy : copies) {
+      pairs.emplace_back(dp.flat->entry(copy.name).param,
+                         plan::stage_rank(copy.other_stage, grid.pp_size()));
+    }
+    dp.finalizer->set_stage_copies(p.env.comms.pp, std::move(pairs));
+  }
+  p.parameters = p.model->logical_parameter_count();
+  if (grid.pp_size() > 1) {
+    p.pipeline = std::make_unique<PipelineStep>(
+        PipelineStep::Parts{*p.model, *dp.sync, p.env, cfg, p.device});
+    // The whole model's: every stage's, a parameter two stages hold counted once.
+    for (const auto& copy : copies) {
+      if (copy.primary) continue;
+      std::int64_t n = 1;
+      for (auto d : p.model->shard_info(copy.name).logical_shape) n *= d;
+      p.parameters -= n;
+    }
+    p.parameters = p.env.control.pp->reduce(p.parameters, comm::ReduceOp::kSum);
+  }
   if (dp.shards && p.model->waits_for_parameters()) {
     auto* shards = dp.shards.get();
     p.model->set_parameter_wait([shards](const torch::Tensor& w) { shards->wait_parameter(w); });
@@ -183,7 +219,7 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   p.steps = std::make_unique<StepRunner>(StepRunner::Parts{
       *p.model, *dp.flat, *dp.sync, *dp.finalizer, *p.optimizer, *p.scaler, p.env, cfg, p.debug,
       p.device, [&p]() { return p.checkpoints ? p.checkpoints->wait_for_copy() : 0.0; },
-      dp.shards.get()});
+      dp.shards.get(), p.pipeline.get()});
 }
 
 std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerParts& p) {
@@ -247,7 +283,9 @@ std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerPar
                 " samples consumed)"));
   const auto saved_grid = loaded.manifest.value("grid", nlohmann::json::object());
   if (!loaded.same_grid) {
+    const int saved_pp = saved_grid.value("pp", 1);
     log::info(str("note: the checkpoint was written on a dp=", saved_grid.value("dp", 0),
+                  saved_pp > 1 ? str(" x pp=", saved_pp) : std::string(),
                   " x tp=", saved_grid.value("tp", 0), " grid, this run is ", grid.describe(),
                   ": tensors were resharded, the sample stream continues at sample ",
                   p.state.sampler.consumed_samples, " with ", p.global_batch,

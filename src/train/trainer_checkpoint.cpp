@@ -1,5 +1,6 @@
 #include "trainer_checkpoint.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -49,6 +50,20 @@ std::vector<checkpoint::TensorRecord> state_records(
     }
   }
   return records;
+}
+
+void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const model::Model& model) {
+  for (const model::StageCopy& copy : model.stage_copies()) {
+    if (copy.primary) continue;
+    const std::string suffix = "/" + copy.name;  // "model/wte.weight", "optimizer/exp_avg/..."
+    records.erase(std::remove_if(records.begin(), records.end(),
+                                 [&](const checkpoint::TensorRecord& r) {
+                                   return r.name.size() > suffix.size() &&
+                                          r.name.compare(r.name.size() - suffix.size(),
+                                                         suffix.size(), suffix) == 0;
+                                 }),
+                  records.end());
+  }
 }
 
 void restore_sharded_state(ShardedState& targets, const parallel::DataParallelShards* shards) {

@@ -44,6 +44,11 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
                                                     parallel::DataParallelShards* shards = nullptr,
                                                     ShardedState* load_targets = nullptr);
 
+/// Removes from `records` the parameters (and their optimizer state) that `model` holds as the
+/// non-primary copy of a parameter another pipeline stage holds too (model::StageCopy): that
+/// stage saves them; a load still fills this stage's copy from them. Local.
+void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const model::Model& model);
+
 /// After a load into state_records(..., shards, &targets): copies this rank's shards of each
 /// loaded logical tensor into the optimizer's packed state. A no-op without shards. Local.
 void restore_sharded_state(ShardedState& targets, const parallel::DataParallelShards* shards);

@@ -23,6 +23,7 @@
 #include "hpctrain/train/optimizer.hpp"
 #include "hpctrain/train/train_config.hpp"
 #include "hpctrain/train/trainer.hpp"
+#include "pipeline_step.hpp"
 #include "trainer_steps.hpp"
 
 namespace hpctrain::train {
@@ -70,6 +71,8 @@ struct TrainerParts {
   DataParallelParts dp;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<PipelineStep> pipeline;  ///< parallel.pp > 1 only
+  std::int64_t parameters = 0;             ///< of the logical model (every stage's)
   std::unique_ptr<StepRunner> steps;
   std::unique_ptr<checkpoint::Checkpointer> checkpoints;
   std::unique_ptr<eval::EvalSchedule> evals;

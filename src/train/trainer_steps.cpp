@@ -29,6 +29,7 @@
 #include "hpctrain/runtime/trace.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
 #include "hpctrain/train/optimizer.hpp"
+#include "pipeline_step.hpp"
 
 namespace hpctrain::train {
 
@@ -78,6 +79,13 @@ StepRunner::StepRunner(Parts parts)
       if (p_.model.shard_info(entries[i].name).split_dim < 0) replicated_entries_.push_back(i);
     }
   }
+  const auto& entries = p_.flat.entries();
+  for (const model::StageCopy& copy : p_.model.stage_copies()) {
+    if (copy.primary) continue;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].name == copy.name) copy_entries_.push_back(i);
+    }
+  }
 }
 
 void StepRunner::resolve_phases(PhaseSeconds& phases) {
@@ -93,14 +101,23 @@ void StepRunner::resolve_phases(PhaseSeconds& phases) {
 double StepRunner::global_grad_norm() {
   torch::NoGradGuard no_grad;
   auto& tp = *p_.env.control.tp;
+  // With pipeline stages, each stage's sum of squares over its tp group, then over the pp group;
+  // a parameter two stages hold (the tied embedding) counts on the stage that saves it only.
+  auto over_stages = [&](double sq) {
+    return p_.env.grid.pp_size() == 1 ? sq : p_.env.control.pp->sum(sq);
+  };
   if (p_.shards) {
     // Each dp rank holds the averaged gradient of its shards only: partial sums over the dp
     // group (host doubles on the control plane), then over the tp group as below.
     double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
+    for (auto i : copy_entries_) sq -= p_.shards->owned_entry_square_sum(i);
     sq = p_.env.control.dp->sum(sq);
-    return root_of_square_sum(tp.size() == 1 ? sq : tp.sum(sq));
+    return root_of_square_sum(over_stages(tp.size() == 1 ? sq : tp.sum(sq)));
   }
   double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
+  const auto& copies = p_.flat.entries();
+  for (auto i : copy_entries_) sq -= p_.flat.grad_square_sum(copies[i].offset, copies[i].numel);
+  if (p_.env.grid.pp_size() > 1 && tp.size() == 1) return root_of_square_sum(over_stages(sq));
   if (tp.size() == 1) return std::sqrt(sq);
   // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
   // group. Replicated ones appear on every tp rank: count them once.
@@ -108,7 +125,7 @@ double StepRunner::global_grad_norm() {
   for (auto i : replicated_entries_) {
     sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
   }
-  return root_of_square_sum(tp.sum(sq));
+  return root_of_square_sum(over_stages(tp.sum(sq)));
 }
 
 bool StepRunner::nonfinite(double grad_norm) {
@@ -161,7 +178,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   p_.model.train();
   namespace trace = runtime::trace;
   model::LossOutput device_sums;  // metric sums the losses left on the device, added there
-  for (int k = 0; k < k_total; ++k) {
+  if (p_.pipeline) {              // the micro-batches through the stages (pipeline_step.hpp)
+    p_.pipeline->run(micro, p_.scaler.enabled() ? scale : 0, inject_nan, r, device_sums, phases);
+  }
+  for (int k = 0; k < (p_.pipeline ? 0 : k_total); ++k) {
     torch::Tensor inputs, targets;
     {
       trace::Scope traced(0, "input copy");
@@ -241,6 +261,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   device_sums.resolve();             // none on CPU unless debug.stage_inputs
   r.loss_sum += device_sums.loss_sum;
   r.correct += static_cast<double>(device_sums.correct);
+  if (p_.pipeline) p_.pipeline->share(r);  // the last stage's sums, on every stage
   r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
   if (nonfinite(r.grad_norm)) {

@@ -33,6 +33,7 @@ namespace hpctrain::train {
 class Optimizer;
 class LossScaler;
 class DebugHooks;
+class PipelineStep;
 
 struct StepResult {
   double local_loss = 0;  ///< mean loss of this rank's samples in the step
@@ -68,6 +69,9 @@ class StepRunner {
     /// With parallel.shard_optimizer: this dp rank's shards (the norm and clipping cover them
     /// only, the update is followed by the parameter all-gather); null otherwise.
     parallel::DataParallelShards* shards = nullptr;
+    /// With parallel.pp > 1: the schedule that runs the micro-batches through the stages (the
+    /// norm then sums over the pp group too); null otherwise.
+    PipelineStep* pipeline = nullptr;
   };
   explicit StepRunner(Parts parts);
   /// One optimizer step over `micro` (grad_accumulation micro-batches of this rank). Phase times
@@ -99,7 +103,8 @@ class StepRunner {
 
   Parts p_;
   std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp
-  comm::DeviceTimer timer_;                      // phase times without per-phase synchronize
+  std::vector<std::size_t> copy_entries_;  // flat entries another stage saves and counts (tied)
+  comm::DeviceTimer timer_;                // phase times without per-phase synchronize
 };
 
 /// Sums over the steps between two log lines.

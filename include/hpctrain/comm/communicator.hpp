@@ -1,14 +1,16 @@
 #pragma once
 // The Communicator interface: the data plane. Collectives on model tensors on the run's device over
-// one process group. Backends: MPI (CPU tensors) and NCCL (CUDA tensors). Host values (flags,
+// one process group, and point-to-point messages between its ranks (pipeline activations and
+// their gradients). Backends: MPI (CPU tensors) and NCCL (CUDA tensors). Host values (flags,
 // metric sums, norms, text) never travel here: they go through the control plane
-// (control_plane.hpp). Every method is collective over the group: all of its ranks must call the
-// same operations in the same order with matching shapes and dtypes.
+// (control_plane.hpp). Every collective is collective over the group: all of its ranks must call
+// the same operations in the same order with matching shapes and dtypes.
 
 #include <torch/torch.h>
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hpctrain/comm/reduce_op.hpp"
 
@@ -25,6 +27,23 @@ class Work {
   virtual bool done() = 0;
 };
 using WorkHandle = std::shared_ptr<Work>;
+
+/// One message of a point-to-point batch (Communicator::send_recv_async).
+struct P2PMessage {
+  enum class Kind { kSend, kRecv };
+  Kind kind = Kind::kSend;
+  /// Send: the data (read, not modified). Receive: filled in place with exactly as many bytes as
+  /// the matching send carries. Contiguous, on the communicator's device.
+  torch::Tensor tensor;
+  int peer = -1;  ///< the group rank at the other end (not this rank)
+
+  static P2PMessage send(torch::Tensor tensor, int peer) {
+    return P2PMessage{Kind::kSend, std::move(tensor), peer};
+  }
+  static P2PMessage recv(torch::Tensor tensor, int peer) {
+    return P2PMessage{Kind::kRecv, std::move(tensor), peer};
+  }
+};
 
 class Communicator {
  public:
@@ -65,6 +84,24 @@ class Communicator {
   virtual WorkHandle all_gather_in_place_async(torch::Tensor buffer) = 0;
   /// Returns when every rank of the group has called it. Collective.
   virtual void barrier() = 0;
+
+  /// Posts every message of `batch` together (sends to and receives from any other ranks of the
+  /// group) and returns at once; the work completes when all of them have. Between two ranks,
+  /// messages match in the order they are posted (NCCL's rule; MPI's with one tag): the peer must
+  /// post, in the same order, a receive of the same size for each send, so two sends in one batch
+  /// may not be reordered (docs/PIPELINE.md). The tensors must stay untouched until wait(). A
+  /// wait runs under the collective watchdog, which names the peers. Ordered with the
+  /// communicator's other asynchronous operations. Local to the ranks it names, each of which
+  /// must post the matching messages.
+  virtual WorkHandle send_recv_async(std::vector<P2PMessage> batch) = 0;
+  /// Sends `tensor` to group rank `peer` and waits until it is on its way. Local to the pair.
+  void send(const torch::Tensor& tensor, int peer) {
+    send_recv_async({P2PMessage::send(tensor, peer)})->wait();
+  }
+  /// Receives into `tensor` from group rank `peer` and waits for it. Local to the pair.
+  void recv(torch::Tensor& tensor, int peer) {
+    send_recv_async({P2PMessage::recv(tensor, peer)})->wait();
+  }
   /// Waits for every asynchronous operation issued so far. Local.
   virtual void wait_all() = 0;
 };

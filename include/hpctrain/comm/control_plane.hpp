@@ -112,14 +112,15 @@ class ControlPlane {
   runtime::Channel* channel_ = nullptr;  // sequence numbers and the flight recorder
 };
 
-/// The control channels of the process grid's three groups. Local value type.
+/// The control channels of the process grid's groups. Local value type.
 struct ControlGroups {
   std::shared_ptr<ControlPlane> world;
   std::shared_ptr<ControlPlane> dp;
   std::shared_ptr<ControlPlane> tp;
+  std::shared_ptr<ControlPlane> pp;  ///< the stages of this rank's pipeline (size 1 when pp = 1)
 };
 
-/// Control channels over the grid's world, dp and tp communicators (not duplicated). Local.
+/// Control channels over the grid's world, dp, tp and pp communicators (not duplicated). Local.
 ControlGroups make_control_groups(const runtime::ProcessGrid& grid);
 
 }  // namespace hpctrain::comm

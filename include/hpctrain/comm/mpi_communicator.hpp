@@ -4,6 +4,9 @@
 // Asynchronous all-reduce runs on one communication thread per communicator, which calls the
 // blocking MPI collective: with OpenMPI's shared-memory transport a non-blocking MPI_Iallreduce
 // only progresses inside MPI calls, so it would not overlap with backward computation.
+// Point-to-point batches run there too: the thread posts MPI_Isend/MPI_Irecv for the whole batch
+// and progresses them with MPI_Testall, sleeping briefly between tests so a rank waiting for its
+// pipeline neighbour leaves the cores to the ranks computing.
 
 #include <mpi.h>
 
@@ -13,6 +16,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "hpctrain/comm/communicator.hpp"
 #include "hpctrain/runtime/collective_scope.hpp"
@@ -46,6 +50,7 @@ class MpiCommunicator final : public Communicator {
   WorkHandle all_gather_in_place_async(torch::Tensor buffer) override;
   void barrier() override;
   void wait_all() override;
+  WorkHandle send_recv_async(std::vector<P2PMessage> batch) override;
 
   /// One plain in-place MPI_Allreduce on `tensor` (a contiguous CPU tensor of a natively reduced
   /// dtype: not bfloat16/float16; sum, max or min), with none of all_reduce's checks, chunking or
@@ -61,6 +66,11 @@ class MpiCommunicator final : public Communicator {
   /// Numbers `op` on `tensor` on the channel and records it as enqueued (nothing on a group of
   /// one: no collective runs). Call in issue order. Local.
   runtime::IssuedOp issue(const char* op, const torch::Tensor& tensor);
+  /// Posts `batch` and waits for every message of it, under the watchdog (`issued` names the
+  /// peers).
+  void send_recv_now(const std::vector<P2PMessage>& batch, const runtime::IssuedOp& issued);
+  /// "send to group rank 1 = world rank 3, recv from ...": who a batch waits on. Local.
+  std::string describe_peers(const std::vector<P2PMessage>& batch) const;
   /// Runs `operation` on the communication thread (or now, without one), traced as `name` over
   /// `bytes` on the group's lane.
   WorkHandle enqueue(std::function<void()> operation, const char* name, std::int64_t bytes);

@@ -28,7 +28,8 @@ class Dataset;
 }
 namespace hpctrain::model {
 class Model;
-}
+struct LossOutput;
+}  // namespace hpctrain::model
 
 namespace hpctrain::eval {
 
@@ -46,6 +47,13 @@ struct EvalOptions {
   /// Called on this rank with the index of each of its batches' first sample and the model's
   /// outputs for the batch (as forward returned them), in batch order. Local when set.
   std::function<void(std::int64_t first_sample, const at::Tensor& outputs)> on_outputs;
+  /// Replaces the model's forward and loss for one batch (inputs and targets on the model's
+  /// device) and returns its metric sums, the same on every rank that evaluates the batch: a
+  /// model cut into pipeline stages runs each batch through a forward-only schedule. Runs in
+  /// inference mode; autocast is its own business (`precision` above says which). on_outputs is not
+  /// called with it. Collective as the function is, when set.
+  std::function<model::LossOutput(const at::Tensor& inputs, const at::Tensor& targets)>
+      forward_loss;
 };
 
 struct EvalResult {

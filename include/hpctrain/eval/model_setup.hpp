@@ -30,8 +30,11 @@ enum class FitAdvice { kTraining, kEvaluation };
 /// goes through the forward pass, and for classification the file's classes must be within the
 /// model's outputs. Throws DataError naming `key` (the option or config key the file came from),
 /// the file, the shapes and what to do (`advice`). Collective over the tp group (the forward
-/// pass of a tensor-parallel model communicates): every rank calls it.
+/// pass of a tensor-parallel model communicates): every rank calls it. `trial_forward` false
+/// skips the forward pass (pipeline stages: one stage cannot run alone; the gpt checks its sizes
+/// when it is built and the trainer the sequence length).
 void check_data_fits_model(model::Model& model, data::Dataset& dataset, const std::string& key,
-                           std::int64_t vocab_size, FitAdvice advice = FitAdvice::kEvaluation);
+                           std::int64_t vocab_size, FitAdvice advice = FitAdvice::kEvaluation,
+                           bool trial_forward = true);
 
 }  // namespace hpctrain::eval

@@ -12,6 +12,12 @@
 // slice of the logits; loss() uses the vocabulary-parallel cross entropy, so no rank ever holds
 // the full logits.
 //
+// Cut into pipeline stages (parallel.pp > 1, docs/PIPELINE.md), a rank builds its stages only:
+// the embeddings with the first stage, its blocks (parameters keep their names, "blocks.5.*" on
+// whichever stage holds block 5), the final LayerNorm and the head with the last stage. With tied
+// embeddings the last stage holds a copy of wte.weight for the head (drawn alike, so equal);
+// stage_copies() names it, and the trainer sums the two copies' gradients.
+//
 // Parameters (state_dict names, logical shape, split dim; D = width, F = mlp_ratio * D,
 // V = vocab_size, T = seq_len):
 //   wte.weight                  [V, D]     0   (padded to ceil(V / tp) rows per rank)
@@ -141,14 +147,29 @@ class GptBlock : public torch::nn::Module {
 class Gpt : public Model {
  public:
   /// Builds the model for tp group `tp` (null or size 1: unsharded) with every weight drawn from
-  /// (seed, parameter name), so any tp starts from the same logical weights. `options` must
-  /// have passed read_gpt_options for this tp size. Local.
-  Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed);
+  /// (seed, parameter name), so any tp and any cut into stages start from the same logical
+  /// weights. `pipeline`: the stages this rank holds (default: the whole model). `options` must
+  /// have passed read_gpt_options for this tp size. Throws ConfigError when the pipeline has
+  /// more stages than blocks. Local.
+  Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed,
+      const PipelinePart& pipeline = {});
 
   /// int64 tokens [B, T] (T <= seq_len, ids < vocab_size) -> this rank's vocabulary slice of
   /// the logits [B, T, ceil(vocab_size / tp)]. Columns past vocab_size (padding, last ranks
-  /// only) are 0 and are ignored by loss(). Collective over tp.
+  /// only) are 0 and are ignored by loss(). The whole model only (forward_chunk for a stage).
+  /// Collective over tp.
   torch::Tensor forward(const torch::Tensor& inputs) override;
+  int pipeline_chunks() const override { return static_cast<int>(chunks_.size()); }
+  /// The first stage takes tokens [B, T], the others the residual stream [B, T, width] (float32);
+  /// the last returns the logits as forward() does. Collective over tp.
+  torch::Tensor forward_chunk(int chunk, const torch::Tensor& input) override;
+  /// [B, T, width] for tokens [B, T]. Local.
+  std::vector<std::int64_t> stage_activation_shape(const torch::Tensor& inputs) const override;
+  /// wte.weight on the first and the last stage with tied embeddings (the first stage's copy is
+  /// the primary); nothing otherwise. Local.
+  std::vector<StageCopy> stage_copies() const override;
+  /// Blocks [first, end) of each of this rank's chunks. Local.
+  std::pair<std::int64_t, std::int64_t> chunk_blocks(int chunk) const;
   /// Next-token loss of `outputs` (from forward) against int64 targets [B, T]: loss = mean over
   /// tokens, loss_sum, correct = top-1 hits, count = B * T. Identical on every tp rank, so
   /// metrics are reduced over the dp group only. Collective over tp.
@@ -168,9 +189,12 @@ class Gpt : public Model {
   /// The tp group the model was built for (null for tp = 1 without a communicator). Local.
   const parallel::CommPtr& tp() const { return tp_; }
 
+  /// Null on a pipeline stage without them: wte on the first stage (and, tied, the last), wpe on
+  /// the first, ln_f and lm_head on the last.
   std::shared_ptr<parallel::VocabParallelEmbedding> wte;
   std::shared_ptr<torch::nn::Module> wpe;  ///< holds "weight" [seq_len, width]
-  torch::nn::ModuleList blocks;
+  /// Holds this rank's blocks under their model-wide index ("blocks.5").
+  std::shared_ptr<torch::nn::Module> blocks;
   torch::nn::LayerNorm ln_f{nullptr};
   /// Untied output head: column-parallel [V, D] without bias or gather, vocabulary padded like
   /// wte; null when tied.
@@ -183,10 +207,23 @@ class Gpt : public Model {
   void add_shards(const std::string& prefix,
                   const std::vector<std::pair<std::string, parallel::TensorShard>>& shards);
 
+  // One chunk of this rank: its stage, blocks [first, end), whether it embeds and whether it
+  // computes the head.
+  struct Chunk {
+    int stage = 0;
+    std::int64_t first = 0;
+    std::int64_t end = 0;
+    bool embeds = true;
+    bool heads = true;
+  };
+  torch::Tensor embed(const torch::Tensor& inputs);
+
   GptOptions options_;
   parallel::CommPtr tp_;
+  PipelinePart pipeline_;
+  std::vector<Chunk> chunks_;
   std::map<std::string, ShardInfo> shard_infos_;
-  std::vector<std::shared_ptr<GptBlock>> blocks_;  // the ModuleList's blocks, typed
+  std::map<std::int64_t, std::shared_ptr<GptBlock>> blocks_;  // this rank's blocks by index
   torch::Tensor wpe_weight_;
   torch::Tensor causal_mask_;
 };

@@ -25,12 +25,39 @@ namespace hpctrain::model {
 
 class QuantizedLinear;
 
-/// Where the model is built: its tensor-parallel group and the seed its initialisation draws from.
+/// This rank's part of a pipeline (parallel.pp > 1, docs/PIPELINE.md): the model is cut into
+/// stages() = pp x virtual_stages consecutive stages, and this rank (pp rank `rank`) builds its
+/// chunks: chunk c is stage c x pp + rank. The default is the whole model on one stage.
+struct PipelinePart {
+  int pp = 1;
+  int virtual_stages = 1;
+  int rank = 0;
+  std::vector<int> layers;  ///< parallel.pp_layers: blocks per stage (empty: as even as possible)
+  int stages() const { return pp * virtual_stages; }
+  /// The model stage of this rank's chunk `chunk`. Local.
+  int stage_of_chunk(int chunk) const { return chunk * pp + rank; }
+  /// Whether the model is cut at all. Local.
+  bool cut() const { return stages() > 1; }
+};
+
+/// Where the model is built: its tensor-parallel group, its pipeline part and the seed its
+/// initialisation draws from.
 struct ModelContext {
   std::shared_ptr<comm::Communicator> tp;  ///< tensor-parallel group (size 1 when tp is off)
   int tp_rank = 0;
   int tp_size = 1;
   std::uint64_t seed = 0;
+  PipelinePart pipeline;  ///< the whole model unless parallel.pp > 1
+};
+
+/// A parameter that more than one pipeline stage holds (the token embedding of a gpt with tied
+/// embeddings: the first stage embeds with it, the last computes the logits with it). Each copy's
+/// gradient is summed with the other's after backward, so both take the same update.
+struct StageCopy {
+  std::string name;     ///< state_dict name, the same on both stages ("wte.weight")
+  int other_stage = 0;  ///< the model stage holding the other copy
+  /// The copy checkpoints save and the gradient norm counts (the other is loaded, not saved).
+  bool primary = true;
 };
 
 /// How a parameter's local tensor relates to the logical (unsharded) tensor.
@@ -82,8 +109,23 @@ class Model : public torch::nn::Module {
                            std::int64_t num_classes, const std::string& where) {}
   /// How parameter `name` is sharded (default: replicated, logical shape = local shape). Local.
   virtual ShardInfo shard_info(const std::string& name) const;
-  /// Parameters of the logical model (all shards together). Local.
+  /// Parameters of the logical model (all shards together; with pipeline stages, this rank's
+  /// stages). Local.
   std::int64_t logical_parameter_count() const;
+
+  /// Pipeline stages (docs/PIPELINE.md). Model chunks this rank holds: 0 for a model that cannot
+  /// be cut into stages (build_model refuses it with parallel.pp > 1), else the number of chunks
+  /// its ModelContext::pipeline gave it (1 for the whole model). Local.
+  virtual int pipeline_chunks() const { return 0; }
+  /// Forward of this rank's chunk `chunk`: `input` is the batch's inputs on the model's first
+  /// stage and the previous stage's output otherwise; returns the next stage's input, or on the
+  /// last stage what forward() returns (loss() takes it). Collective over the tp group.
+  virtual torch::Tensor forward_chunk(int chunk, const torch::Tensor& input);
+  /// The shape of what one stage passes to the next for a batch of `inputs` (the activations,
+  /// and backward their gradients; float32 on the model's device). Local.
+  virtual std::vector<std::int64_t> stage_activation_shape(const torch::Tensor& inputs) const;
+  /// Parameters this rank holds that another stage holds as well (see StageCopy). Local.
+  virtual std::vector<StageCopy> stage_copies() const { return {}; }
 
   /// Runs the torch::nn::Linear submodule `layer` through `q` (int8 weights, dynamic int8
   /// activations; model/quantized_linear.hpp) from now on, in forward passes of models that call
@@ -125,8 +167,9 @@ using ModelFactory =
     std::function<std::shared_ptr<Model>(ConfigSection& model_section, const ModelContext& ctx)>;
 
 /// Builds the model named by model.name ("mlp", "cnn", "gpt", ...). Throws ConfigError for an
-/// unknown name (listing the known ones) or bad sizes. Local, except that tensor-parallel models
-/// may run collectives over ctx.tp while initialising.
+/// unknown name (listing the known ones), bad sizes, or pipeline stages (ctx.pipeline.cut()) of
+/// a model that cannot be cut into them (pipeline_chunks() == 0). Local, except that
+/// tensor-parallel models may run collectives over ctx.tp while initialising.
 std::shared_ptr<Model> build_model(ConfigSection& model_section, const ModelContext& ctx);
 
 /// Names build_model knows. Local.

@@ -44,6 +44,8 @@ class DataParallelShards {
   /// Sum of squares of the owned gradient elements, in double; elements of the flat entries in
   /// `weighted` count `weight` times instead of once (tensor-parallel replicas). Local.
   double owned_grad_square_sum(const std::vector<std::size_t>& weighted, double weight) const;
+  /// Sum of squares of the owned elements of flat entry `index`'s gradient, in double. Local.
+  double owned_entry_square_sum(std::size_t index) const;
   /// Multiplies the owned gradient elements by `factor` (clipping). Local.
   void scale_owned_grads(double factor);
   /// Launches the all-gather of every bucket, last bucket (the first layers' parameters) first,

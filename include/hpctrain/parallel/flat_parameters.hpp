@@ -14,10 +14,12 @@
 namespace hpctrain::parallel {
 
 /// Groups consecutive entries of `numels` (in flat order) into gradient buckets: a bucket takes
-/// entries until it holds at least `bucket_bytes` (0: one entry per bucket). Returns the number of
-/// entries in each bucket. Local.
+/// entries until it holds at least `bucket_bytes` (0: one entry per bucket); an entry flagged in
+/// `alone` (if given) gets a bucket to itself. Returns the number of entries in each bucket.
+/// Local.
 std::vector<int> bucket_entry_counts(const std::vector<std::int64_t>& numels,
-                                     std::int64_t element_bytes, std::int64_t bucket_bytes);
+                                     std::int64_t element_bytes, std::int64_t bucket_bytes,
+                                     const std::vector<bool>& alone = {});
 
 /// How the flat buffers are laid out: with `shard_count` > 1 every gradient bucket (grouped by
 /// bucket_entry_counts with `bucket_bytes`) is followed by zero padding up to a multiple of
@@ -25,6 +27,10 @@ std::vector<int> bucket_entry_counts(const std::vector<std::int64_t>& numels,
 struct FlatLayout {
   std::int64_t bucket_bytes = 0;
   int shard_count = 1;
+  /// Parameters that get a gradient bucket of their own (the copies of a parameter two pipeline
+  /// stages hold: with a bucket each, a sharded optimizer's chunks of it are the same elements on
+  /// both stages).
+  std::vector<std::string> own_bucket;
 };
 
 class FlatParameters {
@@ -34,6 +40,7 @@ class FlatParameters {
     torch::Tensor param;  ///< the module's parameter (now a view into params())
     std::int64_t offset;  ///< first element in the flat buffers
     std::int64_t numel;
+    bool own_bucket = false;  ///< FlatLayout::own_bucket names it
   };
 
   /// Moves the parameters of `module` (all float32 or all of one dtype, one device) into the flat
@@ -55,6 +62,8 @@ class FlatParameters {
   double grad_square_sum(std::int64_t offset, std::int64_t numel) const;
   /// The entry for a parameter name; throws Error if absent. Local.
   const Entry& entry(const std::string& name) const;
+  /// Per entry, whether it has a gradient bucket of its own (for bucket_entry_counts). Local.
+  std::vector<bool> own_bucket_flags() const;
 
  private:
   torch::Tensor params_;

@@ -86,6 +86,14 @@ inline int stage_rank(int stage, int pp) {
   return stage % pp;
 }
 
+/// How many of a model's `layers` blocks each of its `stages` stages holds, in stage order:
+/// `chosen` (parallel.pp_layers) when given, else as even as the blocks allow, the last stages
+/// taking one block more each when the blocks do not divide (under 1F1B stage s holds the
+/// activations of up to pp - s micro-batches, so the last stages have the most room). Throws
+/// ConfigError naming the keys and the fix when there are more stages than blocks or `chosen` does
+/// not fit (one entry per stage, each at least 1, summing to `layers`). Local.
+std::vector<int> pipeline_stage_blocks(int layers, int stages, const std::vector<int>& chosen = {});
+
 /// What a step of the schedule does when a forward of one chunk takes `forward_units` and a
 /// backward `backward_units` and messages take no time (a message completes once both sides
 /// have posted it: the strictest rule, so a schedule that passes it passes buffered sends too).

@@ -3,11 +3,15 @@
 // recorded in the flight recorder (flight_recorder.hpp), and watched by the collective watchdog
 // while it runs (watchdog.hpp). The communicators of both planes wrap every collective in one
 // CollectiveScope; an operation queued to a communication thread is issued where it is queued
-// (issue order is what the ranks agree on) and entered where it runs.
+// (issue order is what the ranks agree on) and entered where it runs. Point-to-point batches
+// (pipeline stages) are recorded and watched alike but not numbered: only the two ranks of a pair
+// take part, so no number could be the same on every member of the group.
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "hpctrain/runtime/watchdog.hpp"
 
@@ -23,6 +27,8 @@ struct IssuedOp {
   const char* op = "";       ///< string literal
   const char* group = "";    ///< the group's name for messages; must outlive the operation
   std::size_t bytes = 0;
+  std::string detail;      ///< point-to-point: the peers, named in the watchdog's report
+  std::vector<int> peers;  ///< point-to-point: the peers' world ranks (the report's positions)
 };
 
 /// Numbers `op` on `channel` and records it as enqueued now. Call in issue order. Local.

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace hpctrain::runtime {
 
@@ -28,9 +30,14 @@ class Watchdog {
    public:
     Scope(const char* operation, const char* group, std::size_t bytes);
     /// The same for collective number `seq` of `channel` (the attribution compares it with the
-    /// other ranks' positions); `channel` nullptr: not numbered.
+    /// other ranks' positions); `channel` nullptr: not numbered (point-to-point). `detail` is
+    /// added to the report (the peers of a point-to-point batch: "recv from group rank 1 = world
+    /// rank 3"), and the positions of `peers` (their world ranks). A point-to-point wait whose
+    /// peers are all heard alive leaves the report to a rank that waits on a silent one, which
+    /// is nearer the cause (it defers its claim by a few seconds).
     Scope(const char* operation, const char* group, std::size_t bytes, Channel* channel,
-          std::uint64_t seq);
+          std::uint64_t seq, std::string detail = std::string(),
+          std::vector<int> peers = std::vector<int>());
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;

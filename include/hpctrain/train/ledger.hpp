@@ -28,6 +28,10 @@ struct PhaseSeconds {
   double checkpoint = 0;
   double train_wall = 0;  ///< wall time of the training loop (steps), excluding eval/checkpoints
   double total_wall = 0;  ///< whole run, setup included
+  /// Pipeline stages: time waiting for the neighbouring stages' activations and gradients (the
+  /// bubble as this rank sees it), and the wall time of the schedules it waited within.
+  double pipeline_wait = 0;
+  double pipeline_wall = 0;
 };
 
 /// What the ledger needs to know about the run besides the timings.
@@ -46,6 +50,13 @@ struct LedgerFacts {
   int world_size = 1;
   int dp = 1;
   int tp = 1;
+  int pp = 1;
+  /// With pp > 1: the schedule, chunks per rank, micro-batches per step and the bubble fraction
+  /// the arithmetic predicts for them (docs/PIPELINE.md).
+  std::string pp_schedule;
+  int pp_virtual = 1;
+  int micro_batches = 1;
+  double predicted_bubble_fraction = 0;
   int threads_per_rank = 1;
   std::string device;
   Precision precision = Precision::kFp32;  ///< run.precision

@@ -12,6 +12,7 @@
 
 #include "hpctrain/plan/compute_plan.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
+#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/plan/size_arguments.hpp"
 
 namespace hpctrain::train {
@@ -34,10 +35,20 @@ struct PlanRequest {
   std::string host_base;
 };
 
+/// parallel.pp > 1 in the config: the schedule whose bubble the plan predicts (docs/PIPELINE.md).
+struct PipelinePlan {
+  plan::PipelineShape shape;
+  std::vector<int> stage_blocks;  ///< blocks per model stage (gpt only)
+  /// The share of each step a stage waits for its neighbours: (pp-1)/(V m+pp-1).
+  double bubble = 0;
+  bool on() const { return shape.pp > 1; }
+};
+
 /// Everything `hpctrain plan` prints.
 struct RunPlan {
   plan::ComputePlan compute;
   plan::MemoryPlan memory;
+  PipelinePlan pipeline;  ///< with parallel.pp > 1 in the config
   std::optional<plan::LedgerCalibration> calibration;
   /// How well the plan reproduces the calibrating run (with calibration), else empty.
   nlohmann::ordered_json check;

@@ -1,7 +1,10 @@
-// Test helper: rank 0 enters a barrier that the other ranks never join. The collective watchdog
-// must report it (rank, operation, group, time waited) and abort the whole job with kExitHang.
+// Test helper: rank 0 enters a barrier that the other ranks never join (or, with the argument
+// "recv", waits for a message from rank 1 on a "pp" group that rank 1 never sends). The collective
+// watchdog must report it (rank, operation, group, the peer, time waited) and abort the whole job
+// with kExitHang.
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "hpctrain/comm/mpi_communicator.hpp"
@@ -13,8 +16,15 @@ int main(int argc, char** argv) {
   hpctrain::runtime::Runtime rt(&argc, &argv);
   hpctrain::runtime::Watchdog::start(2.0);
   hpctrain::comm::MpiCommunicator world(MPI_COMM_WORLD, "world", true);
+  hpctrain::comm::MpiCommunicator pp(MPI_COMM_WORLD, "pp", true);
+  const bool recv = argc > 1 && std::string(argv[1]) == "recv";
   if (rt.world_rank() == 0) {
-    world.barrier();
+    if (recv) {
+      auto in = torch::zeros({4});
+      pp.recv(in, 1);
+    } else {
+      world.barrier();
+    }
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(60));
   }

@@ -11,4 +11,12 @@ expect_grep "r0/.*collective barrier on the world group .* has not completed aft
 expect_grep "Aborting the job" "$TMP/hang.txt"
 # The other rank sleeps 60 s: ending well before that shows the job was aborted, not awaited.
 ((elapsed < 50)) || fail "hung job took ${elapsed}s to end"
+
+# A pipeline receive whose message never comes: a collective timeout naming the pp group and the
+# peer it waits for.
+start=$(date +%s)
+expect_exit 7 "$TMP/recv.txt" mpirun_np 2 "$probe" recv
+elapsed=$(($(date +%s) - start))
+expect_grep "r0/.*collective send_recv on the pp group \(16 B, recv from group rank 1 = world rank 1\) has not completed after" "$TMP/recv.txt"
+((elapsed < 50)) || fail "hung receive took ${elapsed}s to end"
 finish

@@ -6,6 +6,7 @@
 #include <limits>
 #include <thread>
 
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/runtime/device.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -47,6 +48,83 @@ TEST(ProcessGrid, EveryShapeAndItsGroups) {
     comms.world->all_reduce(all, comm::ReduceOp::kSum);
     EXPECT_EQ(all.item<float>(), world);
   }
+}
+
+// dp x pp x tp at every shape the world allows: coordinates from the world rank (tp innermost,
+// then pp, then dp), and each group's members identified by sums of their world ranks.
+TEST(ProcessGrid, EveryPipelineShapeAndItsGroups) {
+  const Runtime& rt = *Runtime::current();
+  const int world = rt.world_size();
+  const int me = rt.world_rank();
+  DeviceBinding cpu;
+  for (int tp = 1; tp <= world; ++tp) {
+    for (int pp = 1; pp * tp <= world; ++pp) {
+      if (world % (tp * pp) != 0) continue;
+      ProcessGrid grid(rt, tp, pp);
+      const int dp = world / (tp * pp);
+      SCOPED_TRACE(grid.describe());
+      EXPECT_EQ(grid.world_size(), world);
+      EXPECT_EQ(grid.pp_size(), pp);
+      EXPECT_EQ(grid.tp_rank(), me % tp);
+      EXPECT_EQ(grid.pp_rank(), (me / tp) % pp);
+      EXPECT_EQ(grid.dp_rank(), me / (tp * pp));
+      EXPECT_EQ(grid.world_rank_of(grid.dp_rank(), grid.pp_rank(), grid.tp_rank()), me);
+      if (pp == 1) {
+        EXPECT_EQ(grid.describe(), "dp=" + std::to_string(dp) + " x tp=" + std::to_string(tp));
+      } else {
+        EXPECT_EQ(grid.describe(), "dp=" + std::to_string(dp) + " x pp=" + std::to_string(pp) +
+                                       " x tp=" + std::to_string(tp));
+      }
+      auto comms = comm::make_group_communicators(rt, grid, cpu, "mpi");
+      auto control = comm::make_control_groups(grid);
+      ASSERT_TRUE(comms.pp && control.pp);
+      EXPECT_EQ(comms.pp->size(), pp);
+      EXPECT_EQ(comms.pp->rank(), grid.pp_rank());
+      EXPECT_EQ(control.pp->rank(), grid.pp_rank());
+      EXPECT_EQ(comms.tp->rank(), grid.tp_rank());
+      EXPECT_EQ(comms.dp->rank(), grid.dp_rank());
+      // Sum of the members' world ranks, computed from the coordinates.
+      double pp_sum = 0, tp_sum = 0, dp_sum = 0, model_sum = 0;
+      for (int p = 0; p < pp; ++p) pp_sum += grid.world_rank_of(grid.dp_rank(), p, grid.tp_rank());
+      for (int t = 0; t < tp; ++t) tp_sum += grid.world_rank_of(grid.dp_rank(), grid.pp_rank(), t);
+      for (int d = 0; d < dp; ++d) dp_sum += grid.world_rank_of(d, grid.pp_rank(), grid.tp_rank());
+      for (int p = 0; p < pp; ++p)
+        for (int t = 0; t < tp; ++t) model_sum += grid.world_rank_of(grid.dp_rank(), p, t);
+      auto sum_over = [&](comm::Communicator& c) {
+        auto x = torch::full({1}, static_cast<double>(me));
+        c.all_reduce(x, comm::ReduceOp::kSum);
+        return x.item<double>();
+      };
+      EXPECT_EQ(sum_over(*comms.pp), pp_sum);
+      EXPECT_EQ(sum_over(*comms.tp), tp_sum);
+      EXPECT_EQ(sum_over(*comms.dp), dp_sum);
+      EXPECT_EQ(control.pp->sum(static_cast<double>(me)), pp_sum);
+      comm::ControlPlane model(grid.model_comm(), "model");
+      EXPECT_EQ(model.size(), pp * tp);
+      EXPECT_EQ(model.rank(), grid.pp_rank() * tp + grid.tp_rank());
+      EXPECT_EQ(model.sum(static_cast<double>(me)), model_sum);
+    }
+  }
+}
+
+TEST(ProcessGrid, PipelineShapeErrorsNameTheFix) {
+  // Local checks, the same on every rank: world 6 with pp 4, world 4 with pp 3 x tp 2.
+  try {
+    validate_grid(6, 1, 4);
+    FAIL() << "6 ranks do not split into pipelines of 4";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 6 is not divisible by parallel.pp x "
+                                         "parallel.tp = 4 x 1 = 4"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("mpirun -np 8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(validate_grid(4, 2, 3), ConfigError);
+  EXPECT_THROW(validate_grid(4, 1, 0), ConfigError);
+  const GridShape s = validate_grid(8, 2, 2);
+  EXPECT_EQ(s.dp, 2);
+  EXPECT_EQ(s.pp, 2);
+  EXPECT_EQ(s.tp, 2);
 }
 
 TEST(ProcessGrid, IndivisibleTpThrowsBeforeAnyCollective) {

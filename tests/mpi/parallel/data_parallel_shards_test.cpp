@@ -39,7 +39,7 @@ TEST(DataParallelShards, WaitsForTheBucketsOfEachParameterWhileTheGatherRuns) {
   const int size = dp->size();
   const std::int64_t bucket_bytes = 128;  // about a bucket per layer (35 parameters each)
   Layers layers;
-  FlatParameters flat(layers, FlatLayout{bucket_bytes, size});
+  FlatParameters flat(layers, FlatLayout{bucket_bytes, size, {}});
   GradientSynchronizer sync(flat, dp, bucket_bytes, /*overlap=*/true, /*reduce_scatter=*/true);
   ASSERT_GE(sync.bucket_sizes().size(), 3u);
   DataParallelShards shards(flat, sync.bucket_offsets(), sync.bucket_sizes(), dp);

@@ -115,7 +115,7 @@ Params train_on(MPI_Comm base, int tp, Config config, const std::string& what) {
   // A model built like the trainer's gives each parameter's shard; its own weights are unused.
   auto section = config.section("model");
   auto shapes = model::build_model(
-      section, model::ModelContext{comms.tp, grid.tp_rank(), grid.tp_size(), 17});
+      section, model::ModelContext{comms.tp, grid.tp_rank(), grid.tp_size(), 17, {}});
   Params logical;
   for (auto& [name, local] : trainer.local_parameters()) {
     const model::ShardInfo info = shapes->shard_info(name);

@@ -1,0 +1,173 @@
+#include "hpctrain/parallel/pipeline_executor.hpp"
+
+#include <chrono>
+#include <string>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/trace.hpp"
+
+namespace hpctrain::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = plan::PipelineActionKind;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+PipelineExecutor::PipelineExecutor(std::shared_ptr<comm::Communicator> pp, torch::Device device,
+                                   torch::ScalarType activation_dtype)
+    : pp_(std::move(pp)), device_(device), dtype_(activation_dtype) {}
+
+PipelineTimes PipelineExecutor::run(const plan::PipelineSchedule& schedule,
+                                    const PipelineStage& stage) {
+  namespace trace = runtime::trace;
+  const plan::PipelineShape& shape = schedule.shape;
+  if (shape.pp != pp_->size() || schedule.ranks.size() != static_cast<std::size_t>(shape.pp)) {
+    throw Error(str("a pipeline schedule for pp = ", shape.pp, " run on a pp group of ",
+                    pp_->size(), " ranks (internal error)"));
+  }
+  const auto& actions = schedule.ranks[static_cast<std::size_t>(pp_->rank())];
+  const int last_stage = shape.stages() - 1;
+  const bool training = !shape.forward_only;
+  const auto options = torch::TensorOptions().dtype(dtype_).device(device_);
+  // The trace shows each stage as a lane of its own, its forwards and backwards named by
+  // micro-batch; the waits for neighbours go on the main lane.
+  std::map<int, int> lanes;
+  auto lane_of = [&](int model_stage) {
+    auto it = lanes.find(model_stage);
+    if (it == lanes.end()) {
+      it = lanes.emplace(model_stage, trace::lane(str("pipeline stage ", model_stage))).first;
+    }
+    return it->second;
+  };
+
+  std::map<Key, Held> held;
+  std::vector<comm::WorkHandle> sends;  // batches of sends only: waited for at the end
+  std::vector<torch::Tensor> keep;      // their tensors, alive until then
+  PipelineTimes times;
+  const auto start = Clock::now();
+  std::size_t i = 0;
+  while (i < actions.size()) {
+    const plan::PipelineAction& a = actions[i];
+    const Key key{a.micro_batch, a.chunk};
+    if (a.kind == Kind::kForward) {
+      Held& h = held[key];
+      if (a.stage > 0 && !h.input.defined()) {
+        throw Error(str("pipeline: forward ", a.text(shape.virtual_stages),
+                        " before its input arrived (internal error)"));
+      }
+      if (a.stage > 0 && training) h.input.requires_grad_(true);
+      const auto t0 = Clock::now();
+      torch::Tensor out = stage.forward(a.micro_batch, a.chunk, h.input);
+      const auto t1 = Clock::now();
+      times.forward += seconds(t0, t1);
+      if (trace::on()) trace::record(lane_of(a.stage), "forward", t0, t1, a.micro_batch);
+      if (training || a.stage < last_stage) {
+        h.output = out;
+      } else {
+        held.erase(key);  // forward-only, last stage: done with this micro-batch
+      }
+      ++i;
+      continue;
+    }
+    if (a.kind == Kind::kBackward) {
+      auto it = held.find(key);
+      if (it == held.end() || !it->second.output.defined()) {
+        throw Error(str("pipeline: backward ", a.text(shape.virtual_stages),
+                        " before its forward (internal error)"));
+      }
+      Held& h = it->second;
+      if (stage.before_backward) stage.before_backward(a.micro_batch, a.chunk);
+      const auto t0 = Clock::now();
+      if (a.stage == last_stage) {
+        h.output.backward();
+      } else {
+        if (!h.received.defined()) {
+          throw Error(str("pipeline: backward ", a.text(shape.virtual_stages),
+                          " before its output's gradient arrived (internal error)"));
+        }
+        torch::Tensor grad = h.received.scalar_type() == h.output.scalar_type()
+                                 ? h.received
+                                 : h.received.to(h.output.scalar_type());
+        torch::autograd::backward({h.output}, {grad});
+      }
+      const auto t1 = Clock::now();
+      times.backward += seconds(t0, t1);
+      if (trace::on()) trace::record(lane_of(a.stage), "backward", t0, t1, a.micro_batch);
+      h.output = torch::Tensor();
+      h.received = torch::Tensor();
+      if (a.stage == 0) held.erase(it);  // nothing goes back from the first stage
+      ++i;
+      continue;
+    }
+    // Consecutive joined messages: one batch.
+    std::vector<comm::P2PMessage> batch;
+    bool receives = false;
+    do {
+      const plan::PipelineAction& m = actions[i];
+      const Key k{m.micro_batch, m.chunk};
+      switch (m.kind) {
+        case Kind::kSendActivation: {
+          Held& h = held.at(k);
+          batch.push_back(
+              comm::P2PMessage::send(h.output.detach().to(dtype_).contiguous(), m.peer));
+          if (!training) held.erase(k);  // nothing comes back
+          break;
+        }
+        case Kind::kRecvActivation: {
+          torch::Tensor buffer = torch::empty(stage.activation_shape(m.micro_batch), options);
+          held[k].input = buffer;
+          batch.push_back(comm::P2PMessage::recv(buffer, m.peer));
+          receives = true;
+          break;
+        }
+        case Kind::kSendGradient: {
+          Held& h = held.at(k);
+          torch::Tensor grad = h.input.grad();
+          // A stage whose output does not depend on its input sends zeros.
+          if (!grad.defined()) grad = torch::zeros_like(h.input);
+          batch.push_back(comm::P2PMessage::send(grad.detach().to(dtype_).contiguous(), m.peer));
+          held.erase(k);
+          break;
+        }
+        case Kind::kRecvGradient: {
+          torch::Tensor buffer = torch::empty(stage.activation_shape(m.micro_batch), options);
+          held[k].received = buffer;
+          batch.push_back(comm::P2PMessage::recv(buffer, m.peer));
+          receives = true;
+          break;
+        }
+        default: break;
+      }
+      ++i;
+    } while (i < actions.size() && actions[i].is_message() && actions[i].joined);
+    if (!receives) {
+      for (const auto& m : batch) keep.push_back(m.tensor);
+      sends.push_back(pp_->send_recv_async(std::move(batch)));
+      continue;
+    }
+    const auto t0 = Clock::now();
+    pp_->send_recv_async(std::move(batch))->wait();
+    const auto t1 = Clock::now();
+    times.wait += seconds(t0, t1);
+    if (trace::on()) trace::record(0, "pipeline wait", t0, t1);
+  }
+  const auto t0 = Clock::now();
+  for (auto& work : sends) work->wait();
+  const auto t1 = Clock::now();
+  times.wait += seconds(t0, t1);
+  if (trace::on() && !sends.empty()) trace::record(0, "pipeline wait", t0, t1);
+  times.wall = seconds(start, t1);
+  if (!held.empty()) {
+    throw Error(str("pipeline: ", held.size(), " micro-batches left unfinished on pp rank ",
+                    pp_->rank(), " (internal error)"));
+  }
+  return times;
+}
+
+}  // namespace hpctrain::parallel
