@@ -47,7 +47,7 @@ end_leftovers() {
 expect_exit 7 "$TMP/sleep.txt" mpirun_np 4 "${train[@]}" --set "run.dir=$TMP/sleep" \
   --set debug.hang_step=30 --set debug.hang_rank=3
 one_report "$TMP/sleep.txt"
-expect_grep "error: collective .*: waiting [0-9.]+ m?s for rank 3 on $host, which is in backward at step 30 since .*Aborting the job" "$TMP/sleep.txt"
+expect_grep "error: collective .*: waiting [0-9.]+ [mu]?s for rank 3 on $host, which is in backward at step 30 since .*Aborting the job" "$TMP/sleep.txt"
 expect_grep "Flight records of every rank that could write one: $TMP/sleep/flight/rank-\*\.json" "$TMP/sleep.txt"
 flight_files "$TMP/sleep" 0 1 2 3
 expect_exit 0 "$TMP/sleep-flight.txt" "$HPCTRAIN_BIN" trace flight "$TMP/sleep"

@@ -23,7 +23,7 @@ grep -q '"exit_code": 7' "$TMP/srun-outcome.json" 2>/dev/null ||
   fail "srun: the outcome is not exit 7: $(cat "$TMP/srun-outcome.json" 2>&1)"
 n=$(grep -c "error: collective .* has not completed after" "$TMP/srun.txt")
 ((n == 1)) || fail "srun: $n hang reports, expected one for the job"
-expect_grep "error: collective .*: waiting [0-9.]+ m?s for rank 3 on n2, which is in backward at step 40" "$TMP/srun.txt"
+expect_grep "error: collective .*: waiting [0-9.]+ [mu]?s for rank 3 on n2, which is in backward at step 40" "$TMP/srun.txt"
 for r in 0 1 2 3; do
   [[ -f $TMP/srun/flight/rank-$r.json ]] || fail "srun: no flight file of rank $r"
 done
