@@ -8,8 +8,11 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_up
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 compare=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py")
+# Long enough (about 10 s on two idle cores) that the interruption, which Slurm delivers within a
+# second or two, arrives before the last step even on a loaded machine.
+steps=12000
 train_args=(--set "data.train=$data/train.h5" --set "data.val=$data/test.h5"
-  --set model.dropout=0.1 --set run.max_steps=4000 --set run.epochs=3 --set eval.every_steps=0 --set eval.at_end=false
+  --set model.dropout=0.1 --set "run.max_steps=$steps" --set run.epochs=7 --set eval.every_steps=0 --set eval.at_end=false
   --set data.batch_size=16 --set logging.every_steps=50 --set logging.progress=plain)
 config=$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml
 # The two ranks keep both cores busy: this shell polls for the moment to interrupt and would see it
@@ -73,9 +76,9 @@ interrupt_once() {
   # Too late: the first start logged its completion before any stop for the signal. scontrol
   # requeue still requeues such a job; its second start must then find the run complete.
   if ! grep -Eq "stopped after step [0-9]+: SIG(USR1|TERM) received" "$out" &&
-    sed '/start 2 on/q' "$out" | grep -q "stopped after step 4000: completed"; then
+    sed '/start 2 on/q' "$out" | grep -q "stopped after step $steps: completed"; then
     if grep -q "start 2 on" "$out"; then
-      expect_grep "is already complete at step 4000" "$out"
+      expect_grep "is already complete at step $steps" "$out"
     fi
     return 2
   fi
@@ -104,9 +107,9 @@ preempt() {
   done
   ((rc == 2)) && fail "$kind: in 3 attempts the interruption never arrived before the last step"
   ((rc == 0)) || return
-  expect_grep "stopped after step 4000: completed" "$out"
+  expect_grep "stopped after step $steps: completed" "$out"
   # The last start's outcome file (issue 32): exit 0, complete, at the last step.
-  grep -qE '"exit_code": 0, "reason": "(completed|already complete)", "step": 4000' "$run.outcome.json" ||
+  grep -qE '"exit_code": 0, "reason": "(completed|already complete)", "step": '"$steps" "$run.outcome.json" ||
     fail "$kind: the outcome file: $(cat "$run.outcome.json" 2>&1)"
   "${compare[@]}" "$TMP/reference" "$run" || fail "$kind: resumed run differs from the reference"
 }
