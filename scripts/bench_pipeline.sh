@@ -11,9 +11,8 @@
 #   STEPS=6 WARMUP=2 MICRO_BATCH=4 MICRO_BATCHES=8 THREADS=1 scripts/bench_pipeline.sh
 #
 # The data (data/text/{train,val}.h5) is prepared from Debian's fortunes when missing.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${HPCTRAIN_BIN:-${BUILD_DIR:-build}/bin/hpctrain}
+# shellcheck source=scripts/lib.sh
+source "$(dirname "$0")/lib.sh"
 config=${1:-configs/gpt-medium.yaml}
 steps=${STEPS:-6}
 warmup=${WARMUP:-2}
@@ -23,16 +22,15 @@ threads=${THREADS:-1}
 ranks=4
 py=/usr/bin/python3
 
-[[ -x $bin ]] || { echo "no hpctrain binary at $bin: run scripts/build.sh (or set HPCTRAIN_BIN)" >&2; exit 1; }
+require_bin
 ((m % ranks == 0)) || { echo "MICRO_BATCHES=$m must be a multiple of $ranks" >&2; exit 1; }
 train_file=$("$py" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["data"]["train"])' "$config")
 if [[ ! -f $train_file ]]; then
   echo "# $train_file missing: preparing Debian's fortunes into $(dirname "$train_file")" >&2
   "$bin" -q prepare text --in /usr/share/games/fortunes/*.u8 --out "$(dirname "$train_file")"
 fi
-mpi_flags=(--bind-to none)
-[[ $(id -u) == 0 ]] && mpi_flags+=(--allow-run-as-root)
-(($(nproc) < ranks)) && mpi_flags+=(--oversubscribe)
+mpi_flags --bind-to none
+(($(nproc) < ranks)) && MPI_FLAGS+=(--oversubscribe)
 export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 tmp=$(mktemp -d)
@@ -42,7 +40,7 @@ trap 'rm -rf "$tmp"' EXIT
 run() {  # run NAME ARGS...
   local name=$1
   shift
-  mpirun "${mpi_flags[@]}" -np "$ranks" "$bin" -q --threads "$threads" bench train -c "$config" \
+  mpirun "${MPI_FLAGS[@]}" -np "$ranks" "$bin" -q --threads "$threads" bench train -c "$config" \
     --set run.max_steps="$steps" --set run.dir="$tmp/$name" --warmup-steps "$warmup" --json "$@" \
     >"$tmp/$name.json"
 }
