@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   try {
     hpctrain::Config config = hpctrain::Config::load(config_path);
     hpctrain::ConfigSection section = config.section("model");
-    hpctrain::model::ModelContext ctx{tp, grid.tp_rank(), tp_size, 1234};
+    hpctrain::model::ModelContext ctx{tp, grid.tp_rank(), tp_size, 1234, {}};
     auto model = hpctrain::model::build_model(section, ctx);
     const auto report =
         hpctrain::checkpoint::init_model_from(*model, weights, grid.tp_rank(), tp_size);
