@@ -43,11 +43,18 @@ interrupt_once() {
   sleep "0.$((RANDOM % 5))"  # a random point of the step: forward, backward, update, logging
   local interrupt=(scontrol requeue "$job")
   [[ $kind == usr1 ]] && interrupt=(scancel --signal=USR1 "$job")
-  if ! timeout 10 "${interrupt[@]}"; then
+  local try
+  for try in 1 2 3; do
+    timeout 10 "${interrupt[@]}" && break
     # Refused for a job that has ended or is ending (the run was done): too late, not a failure.
     state=$(timeout 10 scontrol show job "$job" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-    [[ $state == COMPLETED || $state == COMPLETING ]] || fail "${interrupt[*]} (job state $state)"
-  fi
+    [[ $state == COMPLETED || $state == COMPLETING ]] && break
+    # Still running: the controller dropped the request (a busy slurmctld answers "Unexpected
+    # missing socket error" now and then): ask again. Any other state: it went through.
+    [[ $state == RUNNING ]] || break
+    ((try < 3)) || fail "${interrupt[*]} (job state $state)"
+    sleep 1
+  done
   # The job comes back PENDING (Slurm holds requeued jobs ~2 min by BeginTime): release it.
   for _ in $(seq 1 120); do
     state=$(timeout 10 scontrol show job "$job" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
