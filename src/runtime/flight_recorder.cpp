@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hpctrain/runtime/hang_attribution.hpp"
+#include "hpctrain/runtime/json_string.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/peer_monitor.hpp"
 #include "hpctrain/runtime/position.hpp"
@@ -84,23 +85,6 @@ Record* find(std::int64_t id) {
   return r.id.load(std::memory_order_relaxed) == id ? &r : nullptr;
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-      out += buffer;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 std::string number(double v) {
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, "%.6f", v);
@@ -108,9 +92,9 @@ std::string number(double v) {
 }
 
 std::string channel_fields(const ChannelPosition& c) {
-  return str("\"id\": ", c.id, ", \"name\": ", quoted(c.name), ", \"entered\": ", c.entered,
-             ", \"entered_op\": ", quoted(c.entered_op), ", \"completed\": ", c.completed,
-             ", \"completed_op\": ", quoted(c.completed_op));
+  return str("\"id\": ", c.id, ", \"name\": ", json_quoted(c.name), ", \"entered\": ", c.entered,
+             ", \"entered_op\": ", json_quoted(c.entered_op), ", \"completed\": ", c.completed,
+             ", \"completed_op\": ", json_quoted(c.completed_op));
 }
 
 const char* state_name(std::uint8_t state) {
@@ -128,13 +112,13 @@ std::string flight_json(DumpReason reason, int world_rank, const std::string& ho
   const double unix_now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   auto unix_of = [&](std::int64_t ns) { return unix_now - (steady_now - ns) * 1e-9; };
-  std::string out =
-      str("{\"format\": \"hpctrain-flight-1\", \"rank\": ", world_rank,
-          ", \"host\": ", quoted(host), ", \"reason\": ", quoted(dump_reason_name(reason)),
-          ", \"time\": ", number(unix_now), ", \"pid\": ", ::getpid(), ",\n");
+  std::string out = str("{\"format\": \"hpctrain-flight-1\", \"rank\": ", world_rank,
+                        ", \"host\": ", json_quoted(host),
+                        ", \"reason\": ", json_quoted(dump_reason_name(reason)),
+                        ", \"time\": ", number(unix_now), ", \"pid\": ", ::getpid(), ",\n");
   out +=
       str(" \"position\": {\"step\": ", position::step(),
-          ", \"phase\": ", quoted(phase_name(position::phase())),
+          ", \"phase\": ", json_quoted(phase_name(position::phase())),
           ", \"in_phase_s\": ", number((steady_now - position::phase_started_ns()) * 1e-9), "},\n");
   // A process stopped (SIGSTOP) and continued to be ended writes this file after the stop: say
   // how long it was stopped, so the file's position is not mistaken for a live one.
@@ -150,11 +134,11 @@ std::string flight_json(DumpReason reason, int world_rank, const std::string& ho
     for (std::size_t i = 0; i < s.members.size(); ++i) {
       members += (i ? ", " : "") + std::to_string(s.members[i]);
     }
-    out += str(first ? "\n  " : ",\n  ", "{\"id\": ", s.id, ", \"name\": ", quoted(s.name),
-               ", \"group\": ", quoted(s.group), ", \"members\": [", members,
+    out += str(first ? "\n  " : ",\n  ", "{\"id\": ", s.id, ", \"name\": ", json_quoted(s.name),
+               ", \"group\": ", json_quoted(s.group), ", \"members\": [", members,
                "], \"issued\": ", s.issued, ", \"entered\": ", s.entered,
-               ", \"entered_op\": ", quoted(s.entered_op), ", \"completed\": ", s.completed,
-               ", \"completed_op\": ", quoted(s.completed_op), "}");
+               ", \"entered_op\": ", json_quoted(s.entered_op), ", \"completed\": ", s.completed,
+               ", \"completed_op\": ", json_quoted(s.completed_op), "}");
     first = false;
   }
   out += "],\n";
@@ -171,13 +155,13 @@ std::string flight_json(DumpReason reason, int world_rank, const std::string& ho
     const std::int64_t start = r.start_ns.load(std::memory_order_relaxed);
     const std::int64_t end = r.end_ns.load(std::memory_order_relaxed);
     out += str(first ? "\n  " : ",\n  ", "{\"id\": ", id,
-               ", \"channel\": ", quoted(c ? c->name() : std::string("p2p")),
+               ", \"channel\": ", json_quoted(c ? c->name() : std::string("p2p")),
                ", \"channel_id\": ", c ? c->id() : 0,
-               ", \"op\": ", quoted(r.op.load(std::memory_order_relaxed)),
+               ", \"op\": ", json_quoted(r.op.load(std::memory_order_relaxed)),
                ", \"seq\": ", r.seq.load(std::memory_order_relaxed),
                ", \"bytes\": ", r.bytes.load(std::memory_order_relaxed),
-               ", \"dtype\": ", quoted(r.dtype.load(std::memory_order_relaxed)),
-               ", \"state\": ", quoted(state_name(state)),
+               ", \"dtype\": ", json_quoted(r.dtype.load(std::memory_order_relaxed)),
+               ", \"state\": ", json_quoted(state_name(state)),
                ", \"enqueued\": ", number(unix_of(r.enqueue_ns.load(std::memory_order_relaxed))),
                ", \"started\": ", state >= kStarted && start ? number(unix_of(start)) : "null",
                ", \"ended\": ", state >= kCompleted && end ? number(unix_of(end)) : "null",
@@ -193,8 +177,8 @@ std::string flight_json(DumpReason reason, int world_rank, const std::string& ho
       chans += str(i ? ", " : "", "{", channel_fields(p.channels[i]), "}");
     }
     out += str(first ? "\n  " : ",\n  ", "{\"rank\": ", p.world_rank,
-               ", \"known\": ", p.known ? "true" : "false", ", \"host\": ", quoted(p.host),
-               ", \"step\": ", p.step, ", \"phase\": ", quoted(phase_name(p.phase)),
+               ", \"known\": ", p.known ? "true" : "false", ", \"host\": ", json_quoted(p.host),
+               ", \"step\": ", p.step, ", \"phase\": ", json_quoted(phase_name(p.phase)),
                ", \"in_phase_s\": ", number(p.in_phase_s),
                ", \"heard\": ", number(unix_now - p.heard_ago_s), ", \"channels\": [", chans, "]}");
     first = false;

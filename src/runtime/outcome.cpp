@@ -10,6 +10,7 @@
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/flight_recorder.hpp"
+#include "hpctrain/runtime/json_string.hpp"
 
 namespace hpctrain::runtime {
 namespace {
@@ -17,24 +18,6 @@ namespace {
 std::mutex g_mutex;
 std::string g_path;
 std::atomic<std::int64_t> g_step{0};
-
-// `text` as a JSON string.
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buffer[8];
-      std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-      out += buffer;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 }  // namespace
 
@@ -59,10 +42,10 @@ void write_outcome(int exit_code, const std::string& reason, int rank) {
     std::string flight;
     if (exit_code == kExitComm || exit_code == kExitHang) {
       const std::string dir = FlightRecorder::directory();
-      if (!dir.empty()) flight = ", \"flight\": " + quoted(dir);
+      if (!dir.empty()) flight = ", \"flight\": " + json_quoted(dir);
     }
     const std::string text =
-        "{\"exit_code\": " + std::to_string(exit_code) + ", \"reason\": " + quoted(reason) +
+        "{\"exit_code\": " + std::to_string(exit_code) + ", \"reason\": " + json_quoted(reason) +
         ", \"step\": " + std::to_string(g_step.load(std::memory_order_relaxed)) +
         ", \"rank\": " + std::to_string(rank) + ", \"time\": " + time + flight + "}\n";
     const std::string tmp = g_path + ".tmp." + std::to_string(::getpid());
