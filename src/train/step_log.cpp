@@ -27,9 +27,9 @@ void StepLog::after_step(std::int64_t step, const StepResult& r, double step_sec
   // Each rank's compute and data wait per step of the interval, gathered (stragglers).
   const double compute = phases.forward + phases.backward + phases.optimizer;
   const double steps = static_cast<double>(std::max<std::int64_t>(1, interval_.steps));
-  const auto times = p_.stragglers.observe(step, (compute - compute_logged_) / steps,
-                                           interval_.data_wait / steps, interval_.seconds / steps,
-                                           *p_.env.control.world, p_.log);
+  const auto times =
+      p_.stragglers.observe(step, (compute - compute_logged_) / steps, interval_.data_wait / steps,
+                            interval_.seconds / steps, *p_.env.control.world, p_.log);
   for (const auto& [key, value] : times.items()) extra[key] = value;
   compute_logged_ = compute;
   log_interval(interval_, step, position.epoch, *p_.env.control.dp, p_.log, extra);
