@@ -130,7 +130,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   in.devices = devices;
   memory.dp = static_cast<int>(dp);
   memory.tp = tp;
-  memory.shard = tc.parallel.shard_optimizer || o.sizes.shard_optimizer;
+  memory.shard = tc.parallel.shards_optimizer() || o.sizes.shard_optimizer;
   memory.precision = tc.run.precision;
   // With pipeline stages each device holds about 1/pp of the layers.
   memory.parameters_per_device = in.parameters / (tp * pp);

@@ -168,7 +168,7 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   if (p.env.device.cuda_index >= 0) p.device = torch::Device(torch::kCUDA, p.env.device.cuda_index);
   p.model->to(p.device);
   DataParallelParts& dp = p.dp;
-  const bool shard = cfg.parallel.shard_optimizer;
+  const bool shard = cfg.parallel.shards_optimizer();
   // A parameter two pipeline stages hold gets a gradient bucket of its own on both, so a sharded
   // optimizer owns the same elements of it on each (GradientFinalizer::set_stage_copies).
   const std::vector<model::StageCopy> copies = p.model->stage_copies();
