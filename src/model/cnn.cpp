@@ -29,15 +29,27 @@ Cnn::Cnn(const std::vector<std::int64_t>& input_shape, const std::vector<std::in
 torch::Tensor Cnn::forward(const torch::Tensor& inputs) {
   torch::Tensor x =
       inputs.reshape({inputs.size(0), input_shape_[0], input_shape_[1], input_shape_[2]});
+  std::size_t unit = 0;
   for (auto& conv : convs_) {
     wait_for_parameters(*conv);
-    x = torch::max_pool2d(torch::relu(conv->forward(x)), 2);
+    x = leave_unit(unit, conv->forward(enter_unit(unit, x)));
+    ++unit;
+    x = torch::max_pool2d(torch::relu(x), 2);
   }
   wait_for_parameters(*fc1_);
-  x = torch::relu(linear(*fc1_, x.flatten(1)));
+  x = torch::relu(leave_unit(unit, linear(*fc1_, enter_unit(unit, x.flatten(1)))));
+  ++unit;
   if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
   wait_for_parameters(*fc2_);
-  return linear(*fc2_, x);
+  return leave_unit(unit, linear(*fc2_, enter_unit(unit, x)));
+}
+
+std::vector<std::vector<std::string>> Cnn::parameter_units() const {
+  std::vector<const torch::nn::Module*> modules;
+  for (const auto& conv : convs_) modules.push_back(conv.get());
+  modules.push_back(fc1_.get());
+  modules.push_back(fc2_.get());
+  return units_of(modules);
 }
 
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx) {

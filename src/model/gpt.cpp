@@ -247,6 +247,8 @@ torch::Tensor Gpt::forward_chunk(int chunk_index, const torch::Tensor& input) {
   for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
     const auto& block = blocks_.at(i);
     wait_for_parameters(*block);
+    const auto unit = static_cast<std::size_t>(i);
+    x = enter_unit(unit, x);
     if (options_.recompute == Recompute::kBlock && is_training()) {
       // Only the block's input stays for backward; the block runs again there.
       auto* b = block.get();
@@ -255,6 +257,7 @@ torch::Tensor Gpt::forward_chunk(int chunk_index, const torch::Tensor& input) {
     } else {
       x = block->forward(x, mask);
     }
+    x = leave_unit(unit, x);
   }
   if (!chunk.heads) return x;
   wait_for_parameters(*ln_f);
@@ -285,6 +288,14 @@ LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets)
   out.loss = per_token.mean();
   set_metric_sums(out, per_token.detach().sum(torch::kDouble), predictions.eq(targets).sum());
   return out;
+}
+
+std::vector<std::vector<std::string>> Gpt::parameter_units() const {
+  std::vector<const torch::nn::Module*> modules;
+  for (const auto& chunk : chunks_) {
+    for (std::int64_t i = chunk.first; i < chunk.end; ++i) modules.push_back(blocks_.at(i).get());
+  }
+  return units_of(modules);
 }
 
 double Gpt::forward_flops_per_sample() const {

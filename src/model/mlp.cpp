@@ -22,13 +22,19 @@ torch::Tensor Mlp::forward(const torch::Tensor& inputs) {
   torch::Tensor x = inputs.flatten(1);
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     wait_for_parameters(*layers_[i]);
-    x = linear(*layers_[i], x);
+    x = leave_unit(i, linear(*layers_[i], enter_unit(i, x)));
     if (i + 1 < layers_.size()) {
       x = torch::relu(x);
       if (dropout_ > 0) x = torch::dropout(x, dropout_, is_training());
     }
   }
   return x;
+}
+
+std::vector<std::vector<std::string>> Mlp::parameter_units() const {
+  std::vector<const torch::nn::Module*> modules;
+  for (const auto& layer : layers_) modules.push_back(layer.get());
+  return units_of(modules);
 }
 
 double Mlp::forward_flops_per_sample() const {

@@ -61,6 +61,22 @@ ShardInfo Model::shard_info(const std::string& name) const {
   throw Error(str("model has no parameter or buffer named '", name, "'"));
 }
 
+std::vector<std::vector<std::string>> Model::units_of(
+    const std::vector<const torch::nn::Module*>& modules) const {
+  std::map<const void*, std::string> name_of;
+  for (const auto& item : named_parameters(/*recurse=*/true)) {
+    name_of[item.value().unsafeGetTensorImpl()] = item.key();
+  }
+  std::vector<std::vector<std::string>> units;
+  for (const auto* module : modules) {
+    units.emplace_back();
+    for (const auto& p : module->parameters(/*recurse=*/true)) {
+      units.back().push_back(name_of.at(p.unsafeGetTensorImpl()));
+    }
+  }
+  return units;
+}
+
 void Model::wait_for_parameters(const torch::nn::Module& module) const {
   if (!parameter_wait_) return;
   for (const auto& p : module.parameters(/*recurse=*/true)) parameter_wait_(p);

@@ -70,7 +70,7 @@ FlatParameters::FlatParameters(torch::nn::Module& module, FlatLayout layout) {
   }
   params_ =
       total == parameter_numel_ ? torch::empty({total}, options) : torch::zeros({total}, options);
-  grads_ = torch::zeros({total}, options);
+  if (layout.gradients) grads_ = torch::zeros({total}, options);
   torch::NoGradGuard no_grad;
   for (auto& e : entries_) {
     auto shape = e.param.sizes().vec();
@@ -79,13 +79,17 @@ FlatParameters::FlatParameters(torch::nn::Module& module, FlatLayout layout) {
     // set_data swaps the storage under the same autograd variable: the module, the optimizer
     // and autograd keep using the parameter object, which now lives in the flat buffer.
     e.param.set_data(view);
-    e.param.mutable_grad() = grads_.narrow(0, e.offset, e.numel).view(shape);
+    if (layout.gradients) e.param.mutable_grad() = grads_.narrow(0, e.offset, e.numel).view(shape);
   }
 }
 
 double FlatParameters::grad_square_sum(std::int64_t offset, std::int64_t numel) const {
-  torch::Tensor g = grads_.narrow(0, offset, numel);
-  if (!g.device().is_cpu() || g.scalar_type() != torch::kFloat) {
+  return square_sum(grads_.narrow(0, offset, numel));
+}
+
+double square_sum(const torch::Tensor& g) {
+  const std::int64_t numel = g.numel();
+  if (!g.device().is_cpu() || g.scalar_type() != torch::kFloat || !g.is_contiguous()) {
     return g.to(torch::kDouble).pow(2).sum().item<double>();
   }
   constexpr std::int64_t kChunk = 1 << 16;
@@ -114,6 +118,27 @@ double FlatParameters::grad_square_sum(std::int64_t offset, std::int64_t numel) 
   double total = 0;
   for (double v : partial) total += v;  // fixed order
   return total;
+}
+
+FlatBuckets FlatParameters::buckets(std::int64_t bucket_bytes) const {
+  // Consecutive entries fill a bucket until it reaches bucket_bytes (entries are in backward
+  // order, so bucket 0 is ready first). The same grouping laid out the padding of a sharded flat
+  // buffer, so a bucket runs up to the next bucket's first entry.
+  FlatBuckets b;
+  std::vector<std::int64_t> numels;
+  for (const auto& e : entries_) numels.push_back(e.numel);
+  const auto element = static_cast<std::int64_t>(params_.element_size());
+  std::size_t first = 0;
+  for (int count : bucket_entry_counts(numels, element, bucket_bytes, own_bucket_flags())) {
+    b.offsets.push_back(entries_[first].offset);
+    b.entry_counts.push_back(count);
+    first += static_cast<std::size_t>(count);
+  }
+  for (std::size_t i = 0; i < b.offsets.size(); ++i) {
+    const std::int64_t end = i + 1 < b.offsets.size() ? b.offsets[i + 1] : numel();
+    b.sizes.push_back(end - b.offsets[i]);
+  }
+  return b;
 }
 
 std::vector<bool> FlatParameters::own_bucket_flags() const {

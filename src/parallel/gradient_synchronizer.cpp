@@ -33,23 +33,14 @@ GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
                                            bool reduce_scatter)
     : flat_(flat), dp_(std::move(dp)), overlap_(overlap), reduce_scatter_(reduce_scatter) {
   const auto& entries = flat_.entries();
-  const std::int64_t element = static_cast<std::int64_t>(flat_.grads().element_size());
-  // Consecutive entries fill a bucket until it reaches bucket_bytes (entries are in backward
-  // order, so bucket 0 is ready first). The same grouping laid out the padding of a sharded flat
-  // buffer, so a bucket runs up to the next bucket's first entry.
-  std::vector<std::int64_t> numels;
-  for (const auto& e : entries) numels.push_back(e.numel);
-  std::size_t first = 0;
-  for (int count : bucket_entry_counts(numels, element, bucket_bytes, flat_.own_bucket_flags())) {
-    bucket_offset_.push_back(entries[first].offset);
-    bucket_param_count_.push_back(count);
-    const int bucket = static_cast<int>(bucket_offset_.size()) - 1;
-    for (int k = 0; k < count; ++k) bucket_of_entry_.push_back(bucket);
-    first += static_cast<std::size_t>(count);
+  const FlatBuckets buckets = flat_.buckets(bucket_bytes);
+  bucket_offset_ = buckets.offsets;
+  bucket_param_count_ = buckets.entry_counts;
+  for (std::size_t b = 0; b < buckets.entry_counts.size(); ++b) {
+    for (int k = 0; k < buckets.entry_counts[b]; ++k) bucket_of_entry_.push_back(static_cast<int>(b));
   }
   for (std::size_t b = 0; b < bucket_offset_.size(); ++b) {
-    const std::int64_t end = b + 1 < bucket_offset_.size() ? bucket_offset_[b + 1] : flat_.numel();
-    bucket_numel_.push_back(end - bucket_offset_[b]);
+    bucket_numel_.push_back(buckets.sizes[b]);
     if (reduce_scatter_ && bucket_numel_.back() % dp_->size() != 0) {
       throw Error(str("gradient bucket ", b, " holds ", bucket_numel_.back(),
                       " elements, not a multiple of the dp size ", dp_->size(),

@@ -114,6 +114,10 @@ ParallelConfig ParallelConfig::from(ConfigSection& s) {
            "interleaved needs parallel.pp >= 2: with one stage there is nothing "
            "to interleave");
   }
+  if (c.pp > 1 && c.shard > ShardMode::kOptimizer) {
+    s.fail("shard", str("is ", shard_mode_name(c.shard), " but parallel.pp is ", c.pp,
+                        ": pipeline stages run with parallel.shard: none or optimizer"));
+  }
   if (s.has("pp_layers")) c.pp_layers = s.get<std::vector<int>>("pp_layers", c.pp_layers);
   if (!c.pp_layers.empty()) {
     if (static_cast<int>(c.pp_layers.size()) != c.pipeline_stages()) {

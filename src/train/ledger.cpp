@@ -120,7 +120,11 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
                           {"optimizer_state_bytes", f.optimizer_state_bytes},
                           {"activation_bytes_estimate", f.activation_bytes_estimate},
                           {"shard_optimizer", f.shard_optimizer},
+                          {"shard", f.shard},
                           {"recompute", f.recompute}};
+  j["dp_communication_bytes_per_step"] = {{"all_reduce", f.dp_all_reduce_bytes},
+                                          {"reduce_scatter", f.dp_reduce_scatter_bytes},
+                                          {"all_gather", f.dp_all_gather_bytes}};
   return j;
 }
 

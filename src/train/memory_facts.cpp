@@ -1,23 +1,27 @@
 #include "memory_facts.hpp"
 
 #include "hpctrain/model/gpt.hpp"
-#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
 namespace hpctrain::train {
 
-void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatParameters& flat,
+void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataParallelStrategy& dp,
                       Optimizer& optimizer, const TrainConfig& cfg) {
-  const auto element = static_cast<std::int64_t>(flat.params().element_size());
-  facts.parameter_bytes = flat.numel() * element;
-  facts.gradient_bytes = flat.numel() * element;
+  facts.parameter_bytes = dp.parameter_bytes();
+  facts.gradient_bytes = dp.gradient_bytes();
   facts.optimizer_state_bytes = 0;
   for (const auto& item : optimizer.state()) {
     facts.optimizer_state_bytes +=
         item.second.numel() * static_cast<std::int64_t>(item.second.element_size());
   }
   facts.shard_optimizer = optimizer.sharded();
+  facts.shard = parallel::shard_mode_name(dp.mode());
+  const parallel::StrategyTraffic traffic = dp.traffic_per_step(cfg.optim.grad_accumulation);
+  facts.dp_all_reduce_bytes = traffic.all_reduce_bytes;
+  facts.dp_reduce_scatter_bytes = traffic.reduce_scatter_bytes;
+  facts.dp_all_gather_bytes = traffic.all_gather_bytes;
   const auto* gpt = dynamic_cast<const model::Gpt*>(&model);
   if (!gpt) return;
   const model::GptOptions& g = gpt->options();
@@ -30,7 +34,7 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatPar
   facts.activation_bytes_estimate =
       plan::gpt_activation_bytes(shape, g.heads, cfg.data.batch_size, facts.tp,
                                  activation_element_bytes(cfg.run.precision), g.dropout > 0, mode,
-                                 flat.params().device().is_cpu() ? plan::kCpuDropoutMask : 1)
+                                 facts.device.rfind("cpu", 0) == 0 ? plan::kCpuDropoutMask : 1)
           .total();
 }
 

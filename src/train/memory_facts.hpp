@@ -10,7 +10,7 @@ namespace hpctrain::model {
 class Model;
 }
 namespace hpctrain::parallel {
-class FlatParameters;
+class DataParallelStrategy;
 }
 
 namespace hpctrain::train {
@@ -18,7 +18,7 @@ namespace hpctrain::train {
 class Optimizer;
 
 /// Fills the memory fields of `facts`. Local.
-void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::FlatParameters& flat,
+void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataParallelStrategy& dp,
                       Optimizer& optimizer, const TrainConfig& cfg);
 
 }  // namespace hpctrain::train

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -131,45 +132,40 @@ OptimizerConfig OptimizerConfig::from(ConfigSection& s) {
   return c;
 }
 
-Optimizer::Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config,
-                     const parallel::DataParallelShards* shards)
-    : flat_(flat), config_(config), sharded_(shards != nullptr) {
-  auto& p = flat_.params();
-  std::int64_t state_numel = p.numel();
-  if (shards) {
-    ranges_ = shards->owned();
-    state_numel = shards->owned_numel();
-  } else {
-    ranges_.push_back({0, p.numel()});
-  }
-  const auto options = p.options();
+Optimizer::Optimizer(std::vector<parallel::OptimizerSegment> segments,
+                     const OptimizerConfig& config, bool sharded)
+    : segments_(std::move(segments)), config_(config), sharded_(sharded) {
+  if (segments_.empty()) throw Error("the optimizer has no parameters to update");
+  std::int64_t state_numel = 0;
+  for (const auto& s : segments_) state_numel += s.params.numel();
+  const auto options = segments_.front().params.options();
   if (config_.kind == OptimizerKind::kSgd) {
     if (config_.momentum > 0) momentum_ = torch::zeros({state_numel}, options);
   } else {
     exp_avg_ = torch::zeros({state_numel}, options);
     exp_avg_sq_ = torch::zeros({state_numel}, options);
   }
-  if (!fusable(p)) scratch_ = torch::empty({state_numel}, options);
+  if (!fusable(segments_.front().params)) scratch_ = torch::empty({state_numel}, options);
 }
 
 void Optimizer::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
   std::int64_t state_offset = 0;
-  for (const auto& range : ranges_) {
-    if (range.numel > 0) step_range(range, state_offset, lr);
-    state_offset += range.numel;
+  for (const auto& segment : segments_) {
+    if (segment.params.numel() > 0) step_segment(segment, state_offset, lr);
+    state_offset += segment.params.numel();
   }
 }
 
-void Optimizer::step_range(const parallel::FlatRange& range, std::int64_t state_offset, double lr) {
-  auto& flat_p = flat_.params();
-  auto& flat_g = flat_.grads();
+void Optimizer::step_segment(const parallel::OptimizerSegment& segment, std::int64_t state_offset,
+                             double lr) {
   const double wd = config_.weight_decay;
-  if (fusable(flat_p) && fusable(flat_g)) {
-    const auto n = range.numel;
-    float* p = flat_p.data_ptr<float>() + range.offset;
-    const float* g = flat_g.data_ptr<float>() + range.offset;
+  const std::int64_t numel = segment.params.numel();
+  if (fusable(segment.params) && fusable(segment.grads)) {
+    const auto n = numel;
+    float* p = segment.params.data_ptr<float>();
+    const float* g = segment.grads.data_ptr<float>();
     if (config_.kind == OptimizerKind::kSgd) {
       fused_sgd(p, g, momentum_.defined() ? momentum_.data_ptr<float>() + state_offset : nullptr, n,
                 static_cast<float>(lr), static_cast<float>(wd),
@@ -193,15 +189,15 @@ void Optimizer::step_range(const parallel::FlatRange& range, std::int64_t state_
     }
     return;
   }
-  torch::Tensor p = flat_p.narrow(0, range.offset, range.numel);
-  torch::Tensor g = flat_g.narrow(0, range.offset, range.numel);
-  torch::Tensor scratch = scratch_.narrow(0, state_offset, range.numel);
+  torch::Tensor p = segment.params;
+  torch::Tensor g = segment.grads;
+  torch::Tensor scratch = scratch_.narrow(0, state_offset, numel);
   if (config_.kind == OptimizerKind::kSgd) {
     // torch.optim.SGD (dampening 0): d = g + wd p; buf = m buf + d; d = nesterov ? d + m buf : buf.
     torch::Tensor d = g;
     if (wd != 0) d = torch::add_out(scratch, g, p, wd);
     if (config_.momentum > 0) {
-      torch::Tensor momentum = momentum_.narrow(0, state_offset, range.numel);
+      torch::Tensor momentum = momentum_.narrow(0, state_offset, numel);
       if (steps_ == 1) {
         momentum.copy_(d);
       } else {
@@ -217,8 +213,8 @@ void Optimizer::step_range(const parallel::FlatRange& range, std::int64_t state_
     return;
   }
   // torch.optim.Adam / AdamW.
-  torch::Tensor exp_avg = exp_avg_.narrow(0, state_offset, range.numel);
-  torch::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, state_offset, range.numel);
+  torch::Tensor exp_avg = exp_avg_.narrow(0, state_offset, numel);
+  torch::Tensor exp_avg_sq = exp_avg_sq_.narrow(0, state_offset, numel);
   torch::Tensor grad = g;
   if (config_.kind == OptimizerKind::kAdamW) {
     if (wd != 0) p.mul_(1 - lr * wd);

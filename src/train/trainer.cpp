@@ -116,7 +116,7 @@ const TrainConfig& Trainer::config() const {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() const {
-  impl_->dp.parameters_ready();
+  impl_->dp->parameters_ready();
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : impl_->model->named_parameters(true)) {
     out.emplace_back(item.key(), item.value().detach().cpu());
@@ -138,7 +138,7 @@ TrainOutcome Trainer::run() {
   m.monitor = std::make_unique<runtime::ResourceMonitor>(m.env.device.cuda_index);
   m.debug.hold_memory();
   m.monitor->sample();
-  StepObservers observers(cfg, m.dp.trace_slices_per_step(), m.env.grid.tp_size(),
+  StepObservers observers(cfg, m.dp->trace_slices_per_step(m.cfg.optim.grad_accumulation), m.env.grid.tp_size(),
                           *m.env.control.world, m.env.runtime.world_rank());
   const std::int64_t first_step = m.state.step;
   m.debug.fail_at(0);
@@ -188,7 +188,7 @@ TrainOutcome Trainer::run() {
     observers.after_step(step, [&m] { m.checkpoints->wait(); });
   }
   runtime::position::set_phase(runtime::Phase::kIdle);
-  m.dp.parameters_ready();
+  m.dp->parameters_ready();
   observers.finish();
   m.checkpoints->finish();  // the last save is committed before the job reports its outcome
   m.phases.checkpoint += m.checkpoints->seconds();
@@ -288,7 +288,7 @@ void Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
                              StopPolicy& policy) {
   const auto eval_start = Clock::now();
   runtime::PhaseScope phase(runtime::Phase::kEvaluation);
-  dp.parameters_ready();
+  dp->parameters_ready();
   runtime::trace::Scope traced(0, "eval", step);
   debug.at_evaluation(step);  // tests: as if a signal arrived as this evaluation starts
   eval::EvalOptions options;
@@ -340,7 +340,7 @@ void Trainer::Impl::run_owed_eval(comm::StopAgreement& stop, RunLog& log, StopPo
 }
 
 checkpoint::SaveContent Trainer::Impl::save_content(std::int64_t step) {
-  dp.parameters_ready();
+  dp->parameters_ready();
   checkpoint::SaveContent content;
   content.step = step;
   content.epoch = state.sampler.epoch;
@@ -353,8 +353,8 @@ checkpoint::SaveContent Trainer::Impl::save_content(std::int64_t step) {
   content.trainer_state["lr"] = cfg.schedule.lr(cfg.optim.lr, step, total_steps);
   if (scaler->enabled()) content.trainer_state["loss_scaler"] = scaler->to_json();
   record_data_state(content.trainer_state, *sampler, state.sampler, train_data->info());
-  content.tensors = state_records(*model, *dp.flat, *optimizer, /*with_optimizer=*/true,
-                                  /*snapshot_buffers=*/true, dp.shards.get());
+  content.tensors = state_records(*model, *dp, *optimizer, /*with_optimizer=*/true,
+                                  /*snapshot_buffers=*/true);
   drop_stage_copies(content.tensors, *model);  // saved by the stage holding the primary copy
   // The manager copies into reused CPU buffers on its background thread while the next step's
   // forward and backward run; the step waits for that copy before its optimizer update.
@@ -404,7 +404,7 @@ LedgerFacts Trainer::Impl::ledger_facts(std::int64_t steps) const {
   facts.peak_device_memory_bytes = monitor ? monitor->peak_device_memory_bytes() : -1;
   facts.peak_tensor_bytes = peak_tensor_bytes();
   if (stragglers) facts.stragglers = stragglers->summary();
-  add_memory_facts(facts, *model, *dp.flat, *optimizer, cfg);
+  add_memory_facts(facts, *model, *dp, *optimizer, cfg);
   return facts;
 }
 

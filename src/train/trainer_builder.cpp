@@ -49,10 +49,14 @@ void TrainerBuilder::build(TrainerParts& p, checkpoint::Checkpointer::Content co
   std::unique_ptr<checkpoint::CheckpointManager> manager = resume(p);
   // Pretrained weights start a fresh run only: a resumed one continues from its checkpoint.
   if (p.resumed_from.empty() && !p.cfg.model.init_from.empty()) {
+    p.dp->parameters_ready();
     init_weights_from(*p.model, p.cfg.model.init_from, p.env);
+    p.dp->parameters_written();
   }
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
-  const double guessed_save_s = static_cast<double>(p.dp.flat->numel()) * 12 / 100e6;
+  std::int64_t local_parameters = 0;
+  for (const auto& e : p.dp->layout()) local_parameters += e.numel;
+  const double guessed_save_s = static_cast<double>(local_parameters) * 12 / 100e6;
   p.checkpoints = std::make_unique<checkpoint::Checkpointer>(
       std::move(manager), p.cfg.checkpoint, p.resumed_from.empty() ? -1 : p.state.step,
       guessed_save_s, std::move(content));
@@ -167,40 +171,39 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   const auto& grid = p.env.grid;
   if (p.env.device.cuda_index >= 0) p.device = torch::Device(torch::kCUDA, p.env.device.cuda_index);
   p.model->to(p.device);
-  DataParallelParts& dp = p.dp;
-  const bool shard = cfg.parallel.shards_optimizer();
+  const parallel::ShardMode shard = cfg.parallel.shard;
   // A parameter two pipeline stages hold gets a gradient bucket of its own on both, so a sharded
   // optimizer owns the same elements of it on each (GradientFinalizer::set_stage_copies).
   const std::vector<model::StageCopy> copies = p.model->stage_copies();
-  parallel::FlatLayout layout{cfg.parallel.bucket_bytes(), shard ? grid.dp_size() : 1, {}};
-  for (const auto& copy : copies) layout.own_bucket.push_back(copy.name);
-  dp.flat = std::make_unique<parallel::FlatParameters>(*p.model, layout);
-  parallel::broadcast_parameters(*dp.flat, *p.env.comms.dp);
-  parallel::broadcast_buffers(*p.model, *p.env.comms.dp);
-  dp.sync = std::make_unique<parallel::GradientSynchronizer>(
-      *dp.flat, p.env.comms.dp, cfg.parallel.bucket_bytes(), cfg.parallel.overlap, shard);
-  if (shard) {
-    dp.shards = std::make_unique<parallel::DataParallelShards>(
-        *dp.flat, dp.sync->bucket_offsets(), dp.sync->bucket_sizes(), p.env.comms.dp);
+  model::Model& model = *p.model;
+  parallel::StrategyInputs inputs{model, cfg.model.name};
+  inputs.units = model.parameter_units();
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (model.shard_info(item.key()).split_dim < 0) inputs.tp_replicated.push_back(item.key());
   }
-  std::vector<torch::Tensor> replicated;
-  for (const auto& e : dp.flat->entries()) {
-    if (p.model->shard_info(e.name).split_dim < 0) replicated.push_back(e.param);
+  inputs.waits_for_parameters = model.waits_for_parameters();
+  inputs.set_parameter_wait = [&model](std::function<void(const torch::Tensor&)> wait) {
+    model.set_parameter_wait(std::move(wait));
+  };
+  inputs.set_unit_hooks = [&model](parallel::ParameterUnitHooks* hooks) {
+    model.set_unit_hooks(hooks);
+  };
+  inputs.config = cfg.parallel;
+  inputs.bucket_bytes = cfg.parallel.bucket_bytes();
+  inputs.overlap = cfg.parallel.overlap;
+  inputs.dp = p.env.comms.dp;
+  inputs.tp = p.env.comms.tp;
+  inputs.dp_control = p.env.control.dp;
+  for (const auto& copy : copies) {
+    inputs.stage_copies.emplace_back(copy.name, plan::stage_rank(copy.other_stage, grid.pp_size()));
+    if (!copy.primary) inputs.secondary_copies.push_back(copy.name);
   }
-  dp.finalizer = std::make_unique<parallel::GradientFinalizer>(*dp.sync, p.env.comms.tp,
-                                                               std::move(replicated));
-  if (!copies.empty()) {
-    std::vector<std::pair<torch::Tensor, int>> pairs;
-    for (const auto& copy : copies) {
-      pairs.emplace_back(dp.flat->entry(copy.name).param,
-                         plan::stage_rank(copy.other_stage, grid.pp_size()));
-    }
-    dp.finalizer->set_stage_copies(p.env.comms.pp, std::move(pairs));
-  }
+  inputs.pp = p.env.comms.pp;
+  p.dp = parallel::make_strategy(std::move(inputs));
   p.parameters = p.model->logical_parameter_count();
   if (grid.pp_size() > 1) {
     p.pipeline = std::make_unique<PipelineStep>(
-        PipelineStep::Parts{*p.model, *dp.sync, p.env, cfg, p.device});
+        PipelineStep::Parts{*p.model, *p.dp->synchronizer(), p.env, cfg, p.device});
     // The whole model's: every stage's, a parameter two stages hold counted once.
     for (const auto& copy : copies) {
       if (copy.primary) continue;
@@ -210,16 +213,13 @@ void TrainerBuilder::build_step(TrainerParts& p) {
     }
     p.parameters = p.env.control.pp->reduce(p.parameters, comm::ReduceOp::kSum);
   }
-  if (dp.shards && p.model->waits_for_parameters()) {
-    auto* shards = dp.shards.get();
-    p.model->set_parameter_wait([shards](const torch::Tensor& w) { shards->wait_parameter(w); });
-  }
-  p.optimizer = std::make_unique<Optimizer>(*dp.flat, cfg.optim, dp.shards.get());
+  p.optimizer = std::make_unique<Optimizer>(p.dp->segments(), cfg.optim,
+                                            shard != parallel::ShardMode::kNone);
   p.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
   p.steps = std::make_unique<StepRunner>(StepRunner::Parts{
-      *p.model, *dp.flat, *dp.sync, *dp.finalizer, *p.optimizer, *p.scaler, p.env, cfg, p.debug,
-      p.device, [&p]() { return p.checkpoints ? p.checkpoints->wait_for_copy() : 0.0; },
-      dp.shards.get(), p.pipeline.get()});
+      *p.model, *p.dp, *p.optimizer, *p.scaler, p.env, cfg, p.debug, p.device,
+      [&p]() { return p.checkpoints ? p.checkpoints->wait_for_copy() : 0.0; },
+      p.pipeline.get()});
 }
 
 std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerParts& p) {
@@ -240,10 +240,11 @@ std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerPar
     return ckpt;
   }
   ShardedState sharded_state;
-  auto records = state_records(*p.model, *p.dp.flat, *p.optimizer, /*with_optimizer=*/true,
-                               /*snapshot_buffers=*/false, p.dp.shards.get(), &sharded_state);
+  p.dp->parameters_ready();
+  auto records = state_records(*p.model, *p.dp, *p.optimizer, /*with_optimizer=*/true,
+                               /*snapshot_buffers=*/false, &sharded_state);
   checkpoint::Loaded loaded = ckpt->load(*path, records);
-  restore_sharded_state(sharded_state, p.dp.shards.get());
+  restore_sharded_state(sharded_state, *p.dp);
   const auto& ts = loaded.trainer_state;
   p.state = TrainerState::from_json(ts);
   // The same broadcast manifest and data on every rank: every rank finds the same problems.

@@ -7,20 +7,24 @@
 
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/model/model.hpp"
-#include "hpctrain/parallel/data_parallel_shards.hpp"
-#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
 namespace hpctrain::train {
 
-std::vector<checkpoint::TensorRecord> state_records(
-    model::Model& model, parallel::FlatParameters& flat, Optimizer& optimizer, bool with_optimizer,
-    bool snapshot_buffers, parallel::DataParallelShards* shards, ShardedState* load_targets) {
+std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
+                                                    parallel::DataParallelStrategy& dp,
+                                                    Optimizer& optimizer, bool with_optimizer,
+                                                    bool snapshot_buffers,
+                                                    ShardedState* load_targets) {
   std::vector<checkpoint::TensorRecord> records;
-  for (const auto& e : flat.entries()) {
-    records.push_back({"model/" + e.name, e.param.detach(), model.shard_info(e.name)});
+  // Parameters a later step frees (full sharding) are copied for a save.
+  const bool copy_params = load_targets == nullptr && dp.snapshot_parameters();
+  for (const auto& e : dp.layout()) {
+    records.push_back({"model/" + e.name, copy_params ? e.param.detach().clone() : e.param.detach(),
+                       model.shard_info(e.name)});
   }
   // Buffers (BatchNorm statistics of user models; the built-in models have none) are model state
   // too: saved under their state_dict names, from dp rank 0 like every replicated tensor.
@@ -33,17 +37,16 @@ std::vector<checkpoint::TensorRecord> state_records(
   }
   if (!with_optimizer) return records;
   for (auto& [state_name, buffer] : optimizer.state()) {
-    torch::Tensor layout = buffer;  // laid out like the flat parameters
-    if (shards) {
-      if (load_targets) {
-        layout = torch::zeros({flat.numel()}, buffer.options());
-        load_targets->emplace_back(buffer, layout);
-      } else {
-        // A snapshot (not a live view): the deferred copy may read it while the step updates.
-        layout = shards->gather_state(buffer);
-      }
+    torch::Tensor layout;
+    if (load_targets) {
+      layout = dp.state_load_target(buffer);
+      load_targets->emplace_back(buffer, layout);
+    } else {
+      // Sharded, a snapshot (not a live view): the deferred copy may read it while the step
+      // updates.
+      layout = dp.gather_state(buffer);
     }
-    for (const auto& e : flat.entries()) {
+    for (const auto& e : dp.layout()) {
       records.push_back({str("optimizer/", state_name, "/", e.name),
                          layout.narrow(0, e.offset, e.numel).view(e.param.sizes()),
                          model.shard_info(e.name)});
@@ -66,10 +69,10 @@ void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const mod
   }
 }
 
-void restore_sharded_state(ShardedState& targets, const parallel::DataParallelShards* shards) {
-  if (!shards) return;
-  for (auto& [packed, full] : targets) shards->scatter_state(full, packed);
+void restore_sharded_state(ShardedState& targets, parallel::DataParallelStrategy& dp) {
+  for (auto& [packed, full] : targets) dp.restore_state(full, packed);
   targets.clear();
+  dp.parameters_written();
 }
 
 namespace {

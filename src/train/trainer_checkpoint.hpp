@@ -16,32 +16,31 @@ namespace hpctrain::model {
 class Model;
 }
 namespace hpctrain::parallel {
-class DataParallelShards;
-class FlatParameters;
-}  // namespace hpctrain::parallel
+class DataParallelStrategy;
+}
 
 namespace hpctrain::train {
 
 class Optimizer;
 
-/// The packed optimizer state of a sharded run and the logical (flat-layout) tensors a load
-/// writes into, pairwise: restore_sharded_state copies each rank's part back.
+/// The packed optimizer state of a sharded run and the logical (layout) tensors a load writes
+/// into, pairwise: restore_sharded_state copies each rank's part back.
 using ShardedState = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
 
 /// The training state as checkpoint records: "model/<name>" for every parameter and
 /// "optimizer/<state>/<name>" for every optimizer buffer, as live views (save copies them with
 /// SaveContent::copy; load writes into them in place), and "model/<name>" for every buffer
 /// (copies of them with `snapshot_buffers`, for a save: forward updates buffers).
-/// With `shards` (a sharded optimizer) the optimizer records are logical tensors all the same:
-/// for a save (`load_targets` null) every rank's shards are gathered into a full copy, so the
-/// checkpoint does not depend on sharding or the dp size; for a load they are zero tensors in
-/// the flat layout, listed in `load_targets` with the packed state they belong to. Local without
-/// shards; collective over the dp group with them.
+/// Whatever the data-parallel strategy `dp`, the records are logical tensors: for a save
+/// (`load_targets` null) every rank's chunks of the optimizer state are gathered into a full
+/// copy (and, under parallel.shard: full, the parameters copied), so the checkpoint does not
+/// depend on sharding or the dp size; for a load they are tensors in the strategy's layout,
+/// listed in `load_targets` with the packed state they belong to. Call dp.parameters_ready()
+/// first. Collective over the dp group when sharded; local otherwise.
 std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
-                                                    parallel::FlatParameters& flat,
+                                                    parallel::DataParallelStrategy& dp,
                                                     Optimizer& optimizer, bool with_optimizer,
                                                     bool snapshot_buffers = false,
-                                                    parallel::DataParallelShards* shards = nullptr,
                                                     ShardedState* load_targets = nullptr);
 
 /// Removes from `records` the parameters (and their optimizer state) that `model` holds as the
@@ -49,9 +48,10 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
 /// stage saves them; a load still fills this stage's copy from them. Local.
 void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const model::Model& model);
 
-/// After a load into state_records(..., shards, &targets): copies this rank's shards of each
-/// loaded logical tensor into the optimizer's packed state. A no-op without shards. Local.
-void restore_sharded_state(ShardedState& targets, const parallel::DataParallelShards* shards);
+/// After a load into state_records(..., &targets): copies this rank's part of each loaded
+/// logical tensor into the optimizer's packed state, and the loaded parameters into the
+/// strategy's storage (DataParallelStrategy::parameters_written). Local.
+void restore_sharded_state(ShardedState& targets, parallel::DataParallelStrategy& dp);
 
 /// When the run must stop to leave time for a final save: run.time_limit from the start of the
 /// process and, under Slurm, the job's end time (asked of squeue by world rank 0 and broadcast).

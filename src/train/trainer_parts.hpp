@@ -14,9 +14,7 @@
 #include "hpctrain/data/sampler.hpp"
 #include "hpctrain/eval/eval_schedule.hpp"
 #include "hpctrain/model/model.hpp"
-#include "hpctrain/parallel/data_parallel_shards.hpp"
-#include "hpctrain/parallel/flat_parameters.hpp"
-#include "hpctrain/parallel/gradient_finalizer.hpp"
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
@@ -28,33 +26,9 @@
 
 namespace hpctrain::train {
 
-/// The data-parallel machinery over the model's parameters: the flat buffers, the gradient
-/// synchronisation during backward, this rank's shards of the optimizer state
-/// (parallel.shard_optimizer; null otherwise) and every post-backward reconciliation.
-struct DataParallelParts {
-  std::unique_ptr<parallel::FlatParameters> flat;
-  std::unique_ptr<parallel::GradientSynchronizer> sync;
-  std::unique_ptr<parallel::DataParallelShards> shards;
-  std::unique_ptr<parallel::GradientFinalizer> finalizer;
-
-  /// Completes a parameter gather still running into the next forward (sharded optimizer state):
-  /// before anything but the training forward reads the parameters. Local.
-  void parameters_ready() {
-    if (shards) shards->wait_parameters();
-  }
-  /// Communication slices per step on the trace's lanes: per bucket a reduce-scatter, an
-  /// all-gather and a gather wait when sharded, else an all-reduce. Local.
-  std::int64_t trace_slices_per_step() const {
-    return static_cast<std::int64_t>(sync->bucket_sizes().size()) * (shards ? 3 : 1);
-  }
-};
-
 /// Every part of a run. Local value type; the environment's runtime and grid outlive it.
 struct TrainerParts {
   explicit TrainerParts(comm::Environment e) : env(std::move(e)) {}
-  ~TrainerParts() {
-    if (model) model->set_parameter_wait(nullptr);  // it points at the shards, destroyed first
-  }
 
   TrainConfig cfg;
   comm::Environment env;
@@ -68,7 +42,9 @@ struct TrainerParts {
   std::unique_ptr<data::TrainSampler> sampler;
   torch::Device device{torch::kCPU};
   std::shared_ptr<model::Model> model;
-  DataParallelParts dp;
+  /// The data-parallel strategy (parallel.shard): where parameters, gradients and optimizer
+  /// state live and how they are synchronised. Declared after the model, so it goes first.
+  std::unique_ptr<parallel::DataParallelStrategy> dp;
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<LossScaler> scaler;
   std::unique_ptr<PipelineStep> pipeline;  ///< parallel.pp > 1 only

@@ -14,10 +14,7 @@
 #include "hpctrain/comm/device_copy.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/model.hpp"
-#include "hpctrain/parallel/data_parallel_shards.hpp"
-#include "hpctrain/parallel/flat_parameters.hpp"
-#include "hpctrain/parallel/gradient_finalizer.hpp"
-#include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -72,21 +69,7 @@ void hang_in_backward(bool stop_process) {
 }  // namespace
 
 StepRunner::StepRunner(Parts parts)
-    : p_(parts), timer_(parts.device.is_cuda(), parts.device.index()) {
-  if (p_.env.grid.tp_size() > 1) {
-    const auto& entries = p_.flat.entries();
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (p_.model.shard_info(entries[i].name).split_dim < 0) replicated_entries_.push_back(i);
-    }
-  }
-  const auto& entries = p_.flat.entries();
-  for (const model::StageCopy& copy : p_.model.stage_copies()) {
-    if (copy.primary) continue;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (entries[i].name == copy.name) copy_entries_.push_back(i);
-    }
-  }
-}
+    : p_(parts), timer_(parts.device.is_cuda(), parts.device.index()) {}
 
 void StepRunner::resolve_phases(PhaseSeconds& phases) {
   const auto t = timer_.resolve();
@@ -99,33 +82,14 @@ void StepRunner::resolve_phases(PhaseSeconds& phases) {
 }
 
 double StepRunner::global_grad_norm() {
-  torch::NoGradGuard no_grad;
-  auto& tp = *p_.env.control.tp;
-  // With pipeline stages, each stage's sum of squares over its tp group, then over the pp group;
-  // a parameter two stages hold (the tied embedding) counts on the stage that saves it only.
-  auto over_stages = [&](double sq) {
-    return p_.env.grid.pp_size() == 1 ? sq : p_.env.control.pp->sum(sq);
-  };
-  if (p_.shards) {
-    // Each dp rank holds the averaged gradient of its shards only: partial sums over the dp
-    // group (host doubles on the control plane), then over the tp group as below.
-    double sq = p_.shards->owned_grad_square_sum(replicated_entries_, 1.0 / tp.size());
-    for (auto i : copy_entries_) sq -= p_.shards->owned_entry_square_sum(i);
-    sq = p_.env.control.dp->sum(sq);
-    return root_of_square_sum(over_stages(tp.size() == 1 ? sq : tp.sum(sq)));
-  }
-  double sq = p_.flat.grad_square_sum(0, p_.flat.numel());
-  const auto& copies = p_.flat.entries();
-  for (auto i : copy_entries_) sq -= p_.flat.grad_square_sum(copies[i].offset, copies[i].numel);
-  if (p_.env.grid.pp_size() > 1 && tp.size() == 1) return root_of_square_sum(over_stages(sq));
-  if (tp.size() == 1) return std::sqrt(sq);
-  // Sharded gradients are disjoint pieces of the logical gradient: sum their squares over the tp
-  // group. Replicated ones appear on every tp rank: count them once.
-  const auto& entries = p_.flat.entries();
-  for (auto i : replicated_entries_) {
-    sq -= (1.0 - 1.0 / tp.size()) * p_.flat.grad_square_sum(entries[i].offset, entries[i].numel);
-  }
-  return root_of_square_sum(over_stages(tp.sum(sq)));
+  // The strategy's part (summed over the dp group where the gradients are divided), then over
+  // the tp group (sharded parameters are disjoint pieces of the logical gradient; replicated
+  // ones were counted 1/tp times), then over the pipeline's stages (a parameter two stages hold
+  // counts on the stage that saves it).
+  double sq = p_.dp.grad_square_sum();
+  if (p_.env.grid.tp_size() > 1) sq = p_.env.control.tp->sum(sq);
+  if (p_.env.grid.pp_size() > 1) sq = p_.env.control.pp->sum(sq);
+  return root_of_square_sum(sq);
 }
 
 bool StepRunner::nonfinite(double grad_norm) {
@@ -149,23 +113,10 @@ void StepRunner::stop_nonfinite(const std::string& what, const std::string& advi
   throw AgreedError(str(what, " (", loss_note, ")", advice), kExitNonFinite);
 }
 
-void StepRunner::scale_grads(double factor) {
-  torch::NoGradGuard no_grad;
-  if (p_.shards) {
-    p_.shards->scale_owned_grads(factor);
-  } else {
-    p_.flat.grads().mul_(factor);
-  }
-}
-
 void StepRunner::update(double lr) {
-  if (p_.shards) p_.shards->wait_parameters();  // the update writes chunks a gather may still read
+  p_.dp.before_update();
   p_.optimizer.step(lr);
-  if (!p_.shards) return;
-  // A model that waits for each layer's parameters lets the gather run on into the next
-  // forward (docs/MEMORY.md); for any other model it completes here.
-  p_.shards->start_parameter_gather();
-  if (!p_.model.waits_for_parameters()) p_.shards->wait_parameters();
+  p_.dp.after_update();
 }
 
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
@@ -178,6 +129,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   p_.model.train();
   namespace trace = runtime::trace;
   model::LossOutput device_sums;  // metric sums the losses left on the device, added there
+  double reduce_wait = 0;         // gradient reductions per micro-batch (sharded gradients)
   if (p_.pipeline) {              // the micro-batches through the stages (pipeline_step.hpp)
     p_.pipeline->run(micro, p_.scaler.enabled() ? scale : 0, inject_nan, r, device_sums, phases);
   }
@@ -192,6 +144,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     auto t0 = Clock::now();
     runtime::position::set_phase(runtime::Phase::kForward);
     const int m0 = timer_.mark();
+    p_.dp.before_forward(k == 0);  // a fully sharded model's root is gathered
     if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
       slow_compute(p_.cfg.debug.slow_ms);
     }
@@ -218,7 +171,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
 
     auto t1 = Clock::now();
     runtime::position::set_phase(runtime::Phase::kBackward);
-    p_.sync.set_sync_enabled(k == k_total - 1);  // accumulate locally on the first K-1
+    p_.dp.before_backward(k == k_total - 1);
     loss.backward();
     if (p_.cfg.debug.hang_step == step + 1 &&
         p_.cfg.debug.hang_rank == p_.env.runtime.world_rank()) {
@@ -226,6 +179,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     }
     timer_.add(kBackward, m1, timer_.mark());
     if (trace::on()) trace::record(0, "backward", t1, Clock::now());
+    reduce_wait += p_.dp.after_backward();
     r.loss_sum += out.loss_sum;
     r.correct += static_cast<double>(out.correct);
     r.count += static_cast<double>(out.count);
@@ -240,7 +194,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   {
     trace::Scope traced(0, "gradient sync");  // the communication backward did not hide
     const int before = timer_.mark();
-    r.comm_wait = p_.finalizer.finalize();
+    r.comm_wait = reduce_wait + p_.dp.finish_gradients();
     timer_.add(kCommWait, before, timer_.mark());
   }
   if (!timer_.uses_events()) phases.comm_wait += r.comm_wait;
@@ -253,9 +207,9 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   runtime::position::set_phase(runtime::Phase::kOptimizer);
   trace::Scope optimizer_slice(0, "optimizer");
   const int m2 = timer_.mark();
-  if (p_.scaler.enabled()) scale_grads(1.0 / scale);  // exact: a power of two
+  if (p_.scaler.enabled()) p_.dp.scale_grads(1.0 / scale);  // exact: a power of two
   if (p_.debug.overflow(step)) {
-    scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
+    p_.dp.scale_grads(std::numeric_limits<double>::infinity());  // tests: this rank only
   }
   r.grad_norm = global_grad_norm();  // the step's one wait for the device (the host decides)
   device_sums.resolve();             // none on CPU unless debug.stage_inputs
@@ -280,7 +234,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
       }
       log::debug(str("step ", step, ": non-finite gradients, loss scale ", before, " -> ",
                      r.loss_scale, ", step skipped"));
-      p_.flat.zero_grads();
+      p_.dp.zero_grads();
       r.skipped = true;
       timer_.add(kOptimizer, m2, timer_.mark());
       if (!timer_.uses_events()) resolve_phases(phases);
@@ -297,7 +251,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                                       ? "the loss on this rank was finite"
                                       : str("the loss on this rank was ", r.local_loss);
     log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
-    p_.flat.zero_grads();
+    p_.dp.zero_grads();
     r.skipped = true;
     timer_.add(kOptimizer, m2, timer_.mark());
     if (!timer_.uses_events()) resolve_phases(phases);
@@ -308,10 +262,10 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     r.loss_scale = p_.scaler.scale();
   }
   if (p_.cfg.optim.grad_clip > 0 && r.grad_norm > p_.cfg.optim.grad_clip) {
-    scale_grads(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
+    p_.dp.scale_grads(p_.cfg.optim.grad_clip / (r.grad_norm + 1e-6));
   }
   update(r.lr);
-  p_.flat.zero_grads();
+  p_.dp.zero_grads();
   timer_.add(kOptimizer, m2, timer_.mark());
   if (!timer_.uses_events()) resolve_phases(phases);  // host times: known now
   return r;

@@ -22,11 +22,8 @@ namespace hpctrain::model {
 class Model;
 }
 namespace hpctrain::parallel {
-class DataParallelShards;
-class FlatParameters;
-class GradientSynchronizer;
-class GradientFinalizer;
-}  // namespace hpctrain::parallel
+class DataParallelStrategy;
+}
 
 namespace hpctrain::train {
 
@@ -53,9 +50,8 @@ class StepRunner {
  public:
   struct Parts {
     model::Model& model;
-    parallel::FlatParameters& flat;
-    parallel::GradientSynchronizer& sync;
-    parallel::GradientFinalizer& finalizer;
+    /// Gradient synchronisation, the norm's partial sums, clipping, the update's gathers.
+    parallel::DataParallelStrategy& dp;
     Optimizer& optimizer;
     LossScaler& scaler;
     comm::Environment& env;
@@ -66,9 +62,6 @@ class StepRunner {
     /// parameters and optimizer state), returning the seconds it blocked (the checkpoint's
     /// deferred copy; counted as checkpoint time); may be empty.
     std::function<double()> before_update;
-    /// With parallel.shard_optimizer: this dp rank's shards (the norm and clipping cover them
-    /// only, the update is followed by the parameter all-gather); null otherwise.
-    parallel::DataParallelShards* shards = nullptr;
     /// With parallel.pp > 1: the schedule that runs the micro-batches through the stages (the
     /// norm then sums over the pp group too); null otherwise.
     PipelineStep* pipeline = nullptr;
@@ -88,8 +81,6 @@ class StepRunner {
 
  private:
   double global_grad_norm();
-  /// Multiplies the gradients the update reads by `factor`. Local.
-  void scale_grads(double factor);
   /// The optimizer update and, when sharded, the all-gather of the updated parameters (counted
   /// in the optimizer phase). Collective over the dp group when sharded.
   void update(double lr);
@@ -102,8 +93,6 @@ class StepRunner {
                                    double local_loss);
 
   Parts p_;
-  std::vector<std::size_t> replicated_entries_;  // flat entries replicated across tp
-  std::vector<std::size_t> copy_entries_;  // flat entries another stage saves and counts (tied)
   comm::DeviceTimer timer_;                // phase times without per-phase synchronize
 };
 

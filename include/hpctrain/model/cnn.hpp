@@ -16,6 +16,8 @@ class Cnn : public Classifier {
       std::int64_t kernel, std::int64_t fc, std::int64_t num_classes, double dropout);
   torch::Tensor forward(const torch::Tensor& inputs) override;
   bool waits_for_parameters() const override { return true; }
+  /// One unit per convolution, then the two linear layers.
+  std::vector<std::vector<std::string>> parameter_units() const override;
   double forward_flops_per_sample() const override { return flops_; }
 
  private:

@@ -176,6 +176,8 @@ class Gpt : public Model {
   LossOutput loss(const torch::Tensor& outputs, const torch::Tensor& targets) override;
   Task task() const override { return Task::kLanguageModel; }
   bool waits_for_parameters() const override { return true; }
+  /// One unit per block (the embeddings, the final norm and the head form the root).
+  std::vector<std::vector<std::string>> parameter_units() const override;
   /// Per sequence of seq_len tokens: 2 * N * T + 2 * layers * T^2 * width, N = logical
   /// non-embedding parameters (everything but wte, wpe and lm_head); the output head and
   /// causal masking are not counted (Kaplan et al. 2020). Training costs about 3x. Local.

@@ -15,6 +15,8 @@ class Mlp : public Classifier {
       double dropout);
   torch::Tensor forward(const torch::Tensor& inputs) override;
   bool waits_for_parameters() const override { return true; }
+  /// One unit per linear layer.
+  std::vector<std::vector<std::string>> parameter_units() const override;
   double forward_flops_per_sample() const override;
 
  private:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/parallel/parameter_units.hpp"
 #include "hpctrain/runtime/task.hpp"
 
 namespace hpctrain {
@@ -146,6 +147,14 @@ class Model : public torch::nn::Module {
   virtual bool waits_for_parameters() const { return false; }
   /// Installs (or, with an empty function, removes) the wait. Local.
   void set_parameter_wait(ParameterWait wait) { parameter_wait_ = std::move(wait); }
+  /// Units of full sharding (parallel.shard: full): the state_dict names of the parameters of
+  /// each group forward reads together (a gpt block, an mlp layer), in forward order. Parameters
+  /// in no unit form the root, gathered for the whole step. Empty (the default): the whole model
+  /// is the root, correct but without memory saved. A model that returns units calls
+  /// enter_unit and leave_unit around each in forward. Local.
+  virtual std::vector<std::vector<std::string>> parameter_units() const { return {}; }
+  /// Installs (or, with null, removes) the hooks forward calls around each unit. Local.
+  void set_unit_hooks(parallel::ParameterUnitHooks* hooks) { unit_hooks_ = hooks; }
   /// The int8 replacement of linear layer `layer` (any module: torch::nn::Linear or the
   /// tensor-parallel linears of the gpt at tp = 1), or null when it runs in float32. Local.
   const QuantizedLinear* int8_linear(const torch::nn::Module* layer) const;
@@ -157,10 +166,24 @@ class Model : public torch::nn::Module {
   /// Runs the installed parameter wait, if any, on every parameter of `module` (recursively).
   /// Local (the wait itself may block on a collective already in flight).
   void wait_for_parameters(const torch::nn::Module& module) const;
+  /// parameter_units() of `modules` (each a unit, in forward order): their parameters' names.
+  /// Local.
+  std::vector<std::vector<std::string>> units_of(
+      const std::vector<const torch::nn::Module*>& modules) const;
+  /// Before unit `unit`'s forward (parameter_units order): `input` as the unit takes it. May
+  /// gather the unit's parameters (collective over the dp group under parallel.shard: full).
+  torch::Tensor enter_unit(std::size_t unit, const torch::Tensor& input) {
+    return unit_hooks_ ? unit_hooks_->enter(unit, input) : input;
+  }
+  /// After unit `unit`'s forward: `output` as the model continues with it. Local.
+  torch::Tensor leave_unit(std::size_t unit, const torch::Tensor& output) {
+    return unit_hooks_ ? unit_hooks_->leave(unit, output) : output;
+  }
 
  private:
   std::map<const torch::nn::Module*, std::shared_ptr<QuantizedLinear>> int8_;
   ParameterWait parameter_wait_;
+  parallel::ParameterUnitHooks* unit_hooks_ = nullptr;
 };
 
 using ModelFactory =

@@ -31,7 +31,22 @@ struct FlatLayout {
   /// stages hold: with a bucket each, a sharded optimizer's chunks of it are the same elements on
   /// both stages).
   std::vector<std::string> own_bucket;
+  /// Whether the flat gradient buffer exists (every parameter's .grad a view into it). False
+  /// under parallel.shard: gradients, whose reducer keeps only this rank's chunks of them.
+  bool gradients = true;
 };
+
+/// The gradient buckets over a flat layout: where each starts, its length (up to the next
+/// bucket's first entry: padding included) and how many entries it holds.
+struct FlatBuckets {
+  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> sizes;
+  std::vector<int> entry_counts;
+};
+
+/// Sum of squares of the float tensor `t`, accumulated in double over fixed chunks (the result
+/// does not depend on the thread count). Local.
+double square_sum(const torch::Tensor& t);
 
 class FlatParameters {
  public:
@@ -57,6 +72,8 @@ class FlatParameters {
   std::int64_t parameter_numel() const { return parameter_numel_; }
   /// Zeroes every gradient (the flat buffer; the views stay attached). Local.
   void zero_grads() { grads_.zero_(); }
+  /// Whether the flat gradient buffer exists (FlatLayout::gradients). Local.
+  bool has_gradients() const { return grads_.defined(); }
   /// Sum of squares of grads()[offset, offset + numel), accumulated in double over fixed chunks
   /// (the result does not depend on the thread count). Local.
   double grad_square_sum(std::int64_t offset, std::int64_t numel) const;
@@ -64,6 +81,9 @@ class FlatParameters {
   const Entry& entry(const std::string& name) const;
   /// Per entry, whether it has a gradient bucket of its own (for bucket_entry_counts). Local.
   std::vector<bool> own_bucket_flags() const;
+  /// The gradient buckets of about `bucket_bytes` (0: one entry each) over the entries, grouped
+  /// as the layout grouped them. Local.
+  FlatBuckets buckets(std::int64_t bucket_bytes) const;
 
  private:
   torch::Tensor params_;

@@ -78,6 +78,11 @@ struct LedgerFacts {
   std::int64_t optimizer_state_bytes = 0;
   double activation_bytes_estimate = 0;
   bool shard_optimizer = false;
+  std::string shard = "none";  ///< parallel.shard
+  /// Data-parallel communication of one step, bytes this rank hands to the collectives.
+  std::int64_t dp_all_reduce_bytes = 0;
+  std::int64_t dp_reduce_scatter_bytes = 0;
+  std::int64_t dp_all_gather_bytes = 0;
   std::string recompute = "none";
 };
 

@@ -10,8 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "hpctrain/parallel/data_parallel_shards.hpp"
-#include "hpctrain/parallel/flat_parameters.hpp"
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/train/loss_scaler.hpp"
 
 namespace hpctrain {
@@ -44,34 +43,34 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  /// Local. State tensors start at zero as torch.optim's do. With `shards` (kept by the caller)
-  /// the optimizer updates only this dp rank's owned ranges and keeps state for them alone
-  /// (parallel.shard_optimizer); without, the whole flat buffer.
-  Optimizer(parallel::FlatParameters& flat, const OptimizerConfig& config,
-            const parallel::DataParallelShards* shards = nullptr);
+  /// Local. State tensors start at zero as torch.optim's do. The optimizer updates `segments`
+  /// (the data-parallel strategy's: the whole flat buffer, or this dp rank's owned chunks when
+  /// sharded) and keeps state for them alone, packed one after another. `sharded`: whether the
+  /// segments are this rank's part only (for the ledger).
+  Optimizer(std::vector<parallel::OptimizerSegment> segments, const OptimizerConfig& config,
+            bool sharded);
 
-  /// One update of every parameter (or of the owned ranges, when sharded) with learning rate
-  /// `lr`, from the gradients in the flat gradient buffer. Local.
+  /// One update of every segment with learning rate `lr`, from their gradients. Local.
   void step(double lr);
   /// Updates done so far (Adam's bias correction step). Local.
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t steps) { steps_ = steps; }
-  /// Named state buffers ("exp_avg", "exp_avg_sq", "momentum_buffer"): laid out like the flat
-  /// parameters, or, when sharded, the owned ranges packed one after another
-  /// (DataParallelShards::gather_state makes the flat layout of those). For checkpoints. Local.
+  /// Named state buffers ("exp_avg", "exp_avg_sq", "momentum_buffer"): the segments packed one
+  /// after another (DataParallelStrategy::gather_state makes the checkpoint layout of those).
+  /// For checkpoints. Local.
   std::vector<std::pair<std::string, torch::Tensor>> state();
   /// Whether the state covers only this dp rank's owned ranges. Local.
   bool sharded() const { return sharded_; }
   const OptimizerConfig& config() const { return config_; }
 
  private:
-  /// The update rule on one range of the flat buffers, whose state starts at `state_offset`.
-  void step_range(const parallel::FlatRange& range, std::int64_t state_offset, double lr);
+  /// The update rule on one segment, whose state starts at `state_offset`.
+  void step_segment(const parallel::OptimizerSegment& segment, std::int64_t state_offset,
+                    double lr);
 
-  parallel::FlatParameters& flat_;
+  std::vector<parallel::OptimizerSegment> segments_;
   OptimizerConfig config_;
   bool sharded_ = false;
-  std::vector<parallel::FlatRange> ranges_;  // what this rank updates, in flat order
   std::int64_t steps_ = 0;
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;

@@ -1,11 +1,13 @@
-// Sharded optimizer state (parallel.shard_optimizer) against the unsharded optimizer on the same
-// grid: the same loss at every step and the same final parameters, bitwise where the reduction
-// order is the same (dp <= 2: a reduce-scatter and an all-reduce add the same two numbers), else
-// within 1e-6; for the mlp, cnn and gpt, with several optimizers, bucket sizes, accumulation,
-// clipping, overlap off, bf16 autocast and dynamic loss scaling, and with parameters smaller than
-// a shard (padding). An overflow on one rank skips the step on every rank while sharded.
-// Checkpoints of sharded runs hold logical tensors: a run stopped while sharded (debug.stop_step
-// raises the stop signal's flag) resumes exactly, sharded or not, and at another dp size.
+// Every sharding mode (parallel.shard: optimizer, gradients, full; ZeRO 1, 2, 3) against the
+// unsharded run (none) on the same grid: the same loss at every step and the same final
+// parameters, bitwise where the reduction order is the same (dp <= 2: a reduce-scatter and an
+// all-reduce add the same two numbers), else within 1e-6; for the mlp, cnn and gpt, with several
+// optimizers, bucket sizes, accumulation, clipping, overlap off, bf16 autocast and dynamic loss
+// scaling, and with parameters smaller than a shard (padding). With accumulation, gradients and
+// full reduce every micro-batch (none adds the micro-batches first): within 1e-6. An overflow on
+// one rank skips the step on every rank while sharded. Checkpoints of sharded runs hold logical
+// tensors: a run stopped while sharded (debug.stop_step raises the stop signal's flag) resumes
+// exactly in any mode, and at another dp size.
 
 #include <gtest/gtest.h>
 
@@ -173,17 +175,24 @@ struct Case {
   const char* model = kMlp;
 };
 
-class ShardedOptimizer : public ::testing::TestWithParam<Case> {};
+const char* const kModes[] = {"optimizer", "gradients", "full"};
+
+class ShardedOptimizer : public ::testing::TestWithParam<std::tuple<Case, const char*>> {};
 
 TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
-  const Case c = GetParam();
+  const Case c = std::get<0>(GetParam());
+  const std::string mode = std::get<1>(GetParam());
   TrainResult plain =
-      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain")), c.settings, c.model));
-  TrainResult sharded = train_on(
-      MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-sharded")),
-                                  str(c.settings, " parallel.shard_optimizer=true"), c.model));
+      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain-", mode)), c.settings, c.model));
+  TrainResult sharded =
+      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-", mode)),
+                                           str(c.settings, " parallel.shard=", mode), c.model));
   EXPECT_EQ(plain.losses.size(), 8u);
-  expect_same(sharded, plain, c.tol, c.name);
+  // Reduced per micro-batch, then added: another order than adding, then reducing.
+  const bool per_micro_batch = mode != "optimizer" && std::string(c.settings).find(
+                                                          "grad_accumulation") != std::string::npos;
+  expect_same(sharded, plain, per_micro_batch ? std::max(c.tol, 1e-6) : c.tol,
+              str(c.name, " ", mode));
   // Every dp rank ends with the same parameters (the all-gather), bitwise.
   for (auto& [name, tensor] : sharded.params) {
     auto copy = tensor.clone();
@@ -194,7 +203,7 @@ TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
 
 INSTANTIATE_TEST_SUITE_P(
     Train, ShardedOptimizer,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         Case{"adam_one_bucket", "", 0},
         Case{"adamw_bucket_per_param", "optim.name=adamw parallel.bucket_mb=0", 0},
         Case{"sgd_momentum_small_buckets_no_overlap",
@@ -222,7 +231,10 @@ INSTANTIATE_TEST_SUITE_P(
              "optim.loss_scale=dynamic optim.loss_scale_window=3 optim.grad_accumulation=2 "
              "optim.lr=0.0006",
              0, kGpt}),
-    [](const auto& info) { return std::string(info.param.name); });
+                       ::testing::ValuesIn(kModes)),
+    [](const auto& info) {
+      return str(std::get<0>(info.param).name, "_", std::get<1>(info.param));
+    });
 
 // An overflow injected after the gradient reduction on the last rank only: with the state sharded
 // every rank must skip the step (the non-finite check is agreed on the control plane, not read
@@ -232,12 +244,13 @@ TEST(ShardedLossScale, OverflowOnOneRankSkipsTheStepOnEveryRank) {
       "optim.loss_scale=dynamic optim.loss_scale_window=3 parallel.bucket_mb=0.0001 ";
   const std::string settings =
       str(scaled, "debug.overflow_step=4 debug.overflow_rank=", rt().world_size() - 1);
-  TrainResult clean = train_on(
-      MPI_COMM_WORLD, make_config(run_dir("ls-clean"), scaled + "parallel.shard_optimizer=true"));
   TrainResult plain = train_on(MPI_COMM_WORLD, make_config(run_dir("ls-plain"), settings));
+  for (const std::string mode : kModes) {
+  TrainResult clean = train_on(
+      MPI_COMM_WORLD, make_config(run_dir("ls-clean-" + mode), scaled + "parallel.shard=" + mode));
   TrainResult sharded =
       train_on(MPI_COMM_WORLD,
-               make_config(run_dir("ls-sharded"), settings + " parallel.shard_optimizer=true"));
+               make_config(run_dir("ls-" + mode), settings + " parallel.shard=" + mode));
   ASSERT_EQ(sharded.skipped.size(), 8u);
   // Step index 4 is logged as step 5: one skip there and none elsewhere (every step is logged).
   const std::vector<std::int64_t> want{0, 0, 0, 0, 1, 0, 0, 0};
@@ -257,27 +270,69 @@ TEST(ShardedLossScale, OverflowOnOneRankSkipsTheStepOnEveryRank) {
   for (std::size_t i = 0; i < clean.params.size(); ++i) {
     any_differs = any_differs || !torch::equal(clean.params[i].second, sharded.params[i].second);
   }
-  EXPECT_TRUE(any_differs) << "the overflowed step was not skipped";
+  EXPECT_TRUE(any_differs) << "the overflowed step was not skipped (" << mode << ")";
+  }
 }
 
-TEST(ShardedCheckpoint, StopWhileShardedResumesExactlySharedOrNot) {
+TEST(ShardedCheckpoint, StopWhileShardedResumesExactlyInAnyMode) {
   const std::string settings = "parallel.bucket_mb=0 checkpoint.keep=2";
   TrainResult full = train_on(MPI_COMM_WORLD, make_config(run_dir("ckpt-full"), settings));
-  for (bool resume_sharded : {true, false}) {
-    const std::string dir = run_dir(str("ckpt-part-", resume_sharded));
-    TrainResult stopped =
-        train_on(MPI_COMM_WORLD, make_config(dir, settings + " parallel.shard_optimizer=true "
-                                                             "debug.stop_step=3"));
+  const std::vector<std::pair<std::string, std::string>> pairs{
+      {"optimizer", "optimizer"}, {"optimizer", "none"}, {"gradients", "full"},
+      {"full", "full"},           {"full", "none"},      {"full", "gradients"}};
+  for (const auto& [saved, resumed_as] : pairs) {
+    const std::string dir = run_dir(str("ckpt-", saved, "-", resumed_as));
+    TrainResult stopped = train_on(
+        MPI_COMM_WORLD, make_config(dir, settings + " parallel.shard=" + saved + " debug.stop_step=3"));
     EXPECT_EQ(stopped.outcome.steps, 3);
     EXPECT_NE(stopped.outcome.exit_code, 0);
     TrainResult resumed = train_on(
-        MPI_COMM_WORLD,
-        make_config(
-            dir, settings + str(" parallel.shard_optimizer=", resume_sharded ? "true" : "false")),
-        "auto");
+        MPI_COMM_WORLD, make_config(dir, settings + " parallel.shard=" + resumed_as), "auto");
     EXPECT_EQ(resumed.outcome.steps, 8);
     // The first three losses were logged by the stopped run (metrics.jsonl continues).
-    expect_same(resumed, full, 0, str("resumed ", resume_sharded ? "sharded" : "unsharded"));
+    expect_same(resumed, full, 0, str("saved ", saved, ", resumed ", resumed_as));
+  }
+}
+
+// A checkpoint saved with parallel.shard: full on 4 ranks resumes with none on 1 rank, optimizer
+// on 2 and full on 3 (the same global batch of 12), within 1e-5 of the run that was not stopped.
+TEST(ShardedCheckpoint, FullAtFourResumesInOtherModesAndSizes) {
+  if (rt().world_size() != 4) {
+    GTEST_SKIP() << "needs 4 ranks (registered at np4, where it runs)";
+  }
+  const std::string settings = "parallel.bucket_mb=0";
+  const std::string dir = run_dir("x-part");
+  train_on(MPI_COMM_WORLD, make_config(dir, settings + " data.batch_size=3 parallel.shard=full "
+                                                       "debug.stop_step=3"));
+  TrainResult reference =
+      train_on(MPI_COMM_WORLD, make_config(run_dir("x-full"), settings + " data.batch_size=3"));
+  const std::vector<std::pair<int, std::string>> layouts{{1, "none"}, {2, "optimizer"}, {3, "full"}};
+  for (const auto& [ranks, mode] : layouts) {
+    MPI_Comm sub;
+    const bool in = rt().world_rank() < ranks;
+    MPI_Comm_split(MPI_COMM_WORLD, in ? 0 : MPI_UNDEFINED, rt().world_rank(), &sub);
+    const std::string mine = run_dir(str("x-", ranks, "-", mode));
+    if (rt().world_rank() == 0) {
+      fs::remove_all(mine);
+      fs::copy(dir, mine, fs::copy_options::recursive);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (in) {
+      TrainResult resumed = train_on(
+          sub,
+          make_config(mine, settings + str(" data.batch_size=", 12 / ranks, " parallel.shard=", mode)),
+          "auto");
+      EXPECT_EQ(resumed.outcome.steps, 8);
+      for (std::size_t i = 0; i < reference.params.size(); ++i) {
+        EXPECT_LE(
+            (resumed.params[i].second - reference.params[i].second).abs().max().item<double>(),
+            1e-5)
+            << reference.params[i].first << " (saved full at dp=4, resumed " << mode << " at dp="
+            << ranks << ")";
+      }
+      MPI_Comm_free(&sub);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 
@@ -290,7 +345,7 @@ TEST(ShardedCheckpoint, ResumesAtAnotherDataParallelSize) {
   const std::string settings = "parallel.bucket_mb=0";
   const std::string dir = run_dir("dp-part");
   train_on(MPI_COMM_WORLD,
-           make_config(dir, settings + " parallel.shard_optimizer=true debug.stop_step=3"));
+           make_config(dir, settings + " parallel.shard=full debug.stop_step=3"));
   TrainResult reference = train_on(MPI_COMM_WORLD, make_config(run_dir("dp-full"), settings));
   const std::string single = str(" data.batch_size=", 4 * world);
   for (bool sharded : {false, true}) {

@@ -1,0 +1,80 @@
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
+
+#include <algorithm>
+
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
+#include "strategy_internal.hpp"
+
+namespace hpctrain::parallel {
+namespace {
+
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(std::function<void(std::size_t)>* ready, std::size_t index)
+      : ready_(ready), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    (*ready_)(index_);
+    return outputs;
+  }
+
+ private:
+  std::function<void(std::size_t)>* ready_;
+  std::size_t index_;
+};
+
+}  // namespace
+
+GradientReadyHooks::~GradientReadyHooks() {
+  // The hooks point at the callback this object holds: detach them before it goes away.
+  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(keys_[i]);
+}
+
+void GradientReadyHooks::install(const std::vector<torch::Tensor>& params,
+                                 std::function<void(std::size_t)> ready) {
+  ready_ = std::make_unique<std::function<void(std::size_t)>>(std::move(ready));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[i]);
+    keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(ready_.get(), i)));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> packed_overlap(
+    const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges, std::int64_t offset,
+    std::int64_t numel) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  std::int64_t packed = 0;
+  for (const auto& [begin, n] : ranges) {
+    const std::int64_t lo = std::max(begin, offset);
+    const std::int64_t hi = std::min(begin + n, offset + numel);
+    if (lo < hi) out.emplace_back(packed + (lo - begin), hi - lo);
+    packed += n;
+  }
+  return out;
+}
+
+void average_packed_pieces(torch::Tensor& packed,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
+                           comm::Communicator& tp) {
+  if (tp.size() == 1 || pieces.empty()) return;
+  torch::NoGradGuard no_grad;
+  // One buffer, one collective: these are small (norms, biases, positions).
+  std::vector<torch::Tensor> parts;
+  for (const auto& [at, n] : pieces) parts.push_back(packed.narrow(0, at, n));
+  torch::Tensor buffer = torch::cat(parts);
+  tp.all_reduce(buffer, comm::ReduceOp::kAvg);
+  std::int64_t offset = 0;
+  for (auto& part : parts) {
+    part.copy_(buffer.narrow(0, offset, part.numel()));
+    offset += part.numel();
+  }
+}
+
+std::unique_ptr<DataParallelStrategy> make_strategy(StrategyInputs inputs) {
+  if (inputs.config.shard == ShardMode::kFull) return make_fully_sharded_strategy(std::move(inputs));
+  return make_flat_strategy(std::move(inputs));
+}
+
+}  // namespace hpctrain::parallel

@@ -1,0 +1,45 @@
+#pragma once
+// What the data-parallel strategies share, private to the parallel layer: the hook that tells a
+// strategy a parameter's gradient is final, and the two strategy families make_strategy picks.
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "hpctrain/parallel/data_parallel_strategy.hpp"
+
+namespace hpctrain::parallel {
+
+/// Runs `ready(index)` after AccumulateGrad has added a backward's contribution into parameter
+/// `index`'s gradient. Local.
+class GradientReadyHooks {
+ public:
+  GradientReadyHooks() = default;
+  GradientReadyHooks(const GradientReadyHooks&) = delete;
+  GradientReadyHooks& operator=(const GradientReadyHooks&) = delete;
+  ~GradientReadyHooks();
+  /// Installs the hook on every tensor of `params` (leaves that require grad). Local.
+  void install(const std::vector<torch::Tensor>& params, std::function<void(std::size_t)> ready);
+
+ private:
+  std::unique_ptr<std::function<void(std::size_t)>> ready_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
+  std::vector<std::uintptr_t> keys_;
+};
+
+/// `none`, `optimizer` and `gradients`: every rank holds all parameters in one flat buffer.
+std::unique_ptr<DataParallelStrategy> make_flat_strategy(StrategyInputs inputs);
+/// `full`: every rank holds its chunks of each unit's parameters.
+std::unique_ptr<DataParallelStrategy> make_fully_sharded_strategy(StrategyInputs inputs);
+
+/// Averages over `tp` the pieces of `packed` listed as {offset, numel} (the owned parts of
+/// parameters replicated across tp, at the same places on every tp rank). Collective over tp.
+void average_packed_pieces(torch::Tensor& packed,
+                           const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
+                           comm::Communicator& tp);
+
+}  // namespace hpctrain::parallel
