@@ -184,13 +184,14 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
   if (mode == plan::ShardMode::kFull) {
     const plan::GatherUnits u = m.gpt ? plan::gpt_gather_units(m.shape, m.tp)
                                       : plan::GatherUnits{0, m.parameters_per_device};
-    t.row("gathered units (2 blocks + root)", p.gathered_bytes, "B",
+    t.row(m.gpt ? "gathered units (2 blocks + root)" : "gathered units (the model)",
+          p.gathered_bytes, "B",
           m.gpt
               ? str("((2 x ", number_text(u.block), " + ", number_text(u.root), ") x ",
                     number_text(m.param_dtype_bytes), " B = ", format_bytes(p.gathered_bytes), ")")
               : str("(the whole model, one unit: ", format_bytes(p.gathered_bytes), ")"));
-    t.row("their gradients in backward (1 block + root)", p.gathered_gradient_bytes, "B",
-          str("(", format_bytes(p.gathered_gradient_bytes), ")"));
+    t.row(m.gpt ? "their gradients in backward (1 block + root)" : "its gradients in backward",
+          p.gathered_gradient_bytes, "B", str("(", format_bytes(p.gathered_gradient_bytes), ")"));
   }
   if (mode == plan::ShardMode::kGradients) {
     t.row("gradient buckets in flight (2 x parallel.bucket_mb)", p.bucket_in_flight_bytes, "B",
@@ -214,9 +215,9 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
                ? str("yes, ", number_text(std::round(p.total_bytes / p.device_memory * 1000) / 10),
                      "% of the device")
                : str("no: ", format_bytes(p.total_bytes), " > ", format_bytes(p.device_memory),
-                     "; shard the optimizer state (parallel.shard_optimizer) or more "
-                     "(parallel.shard: gradients | full), recompute activations "
-                     "(model.recompute), or use a smaller data.batch_size or more tp"));
+                     "; shard the optimizer state (parallel.shard_optimizer), "
+                     "recompute activations (model.recompute), or use a smaller "
+                     "data.batch_size or more tp"));
   }
 }
 
