@@ -110,35 +110,100 @@ void add_plan_rows(Table& t, const ComputePlan& p) {
   }
 }
 
+// "w + g + s = total" of one row of bytes per parameter.
+std::string bytes_sum_text(const plan::ParameterBytes& b) {
+  return str(number_text(b.weights), " + ", number_text(b.gradients), " + ", number_text(b.sharded),
+             " = ", number_text(b.total()));
+}
+
+// The peak's arithmetic: state + activations + what the shard mode adds.
+std::string peak_text(const plan::MemoryPlan& p) {
+  std::string out = str("(", format_bytes(p.state_bytes), " state + ",
+                        format_bytes(p.run_activation_bytes), " activations");
+  if (p.gathered_bytes > 0) {
+    out += str(" + ", format_bytes(p.gathered_bytes), " gathered units + ",
+               format_bytes(p.gathered_gradient_bytes), " their gradients");
+  }
+  if (p.bucket_in_flight_bytes > 0) {
+    out += str(" + ", format_bytes(p.bucket_in_flight_bytes), " buckets in flight");
+  }
+  return out + str(" = ", format_bytes(p.total_bytes), ")");
+}
+
+// The bytes one rank sends per step, by collective.
+std::string comm_text(const plan::StepCommunication& c) {
+  return str("(", format_bytes(c.total()), ": gather ", format_bytes(c.gather), " + reduce ",
+             format_bytes(c.reduce), " + across shard groups ", format_bytes(c.replicas), " + tp ",
+             format_bytes(c.tensor_parallel), ")");
+}
+
 // The memory plan's rows (docs/PLAN.md, "Memory").
 void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
   const plan::MemoryInputs& m = p.in;
-  t.section(str("memory per device (", p.optimizer, ", dp=", m.dp, " x tp=", m.tp, ", optimizer ",
-                "state ", m.shard ? "sharded" : "not sharded", ")"));
+  const plan::ShardMode mode = m.mode();
+  const int s = m.group();
+  // A run that shards nothing or the optimizer state over the whole dp group is titled as before
+  // the other modes existed.
+  const bool classic = mode <= plan::ShardMode::kOptimizer && s == m.dp;
+  t.section(classic ? str("memory per device (", p.optimizer, ", dp=", m.dp, " x tp=", m.tp,
+                          ", optimizer ", "state ",
+                          mode != plan::ShardMode::kNone ? "sharded" : "not sharded", ")")
+                    : str("memory per device (", p.optimizer, ", dp=", m.dp, " x tp=", m.tp,
+                          ", parallel.shard ", plan::shard_mode_name(mode), " over S=", s,
+                          s < m.dp ? str(" ranks, ", m.dp / s, " replicas") : " ranks", ")"));
   t.row("bytes per parameter", p.run.total(), "B",
         str("(weights ", number_text(p.run.weights), " + gradients ", number_text(p.run.gradients),
             " + optimizer state ", number_text(p.run.sharded), ")"));
-  t.row(m.shard ? "bytes per parameter, unsharded" : "bytes per parameter, sharded",
+  t.row(mode != plan::ShardMode::kNone ? "bytes per parameter, unsharded"
+                                       : "bytes per parameter, sharded",
         p.other.total(), "B");
+  t.text(str("bytes per parameter by parallel.shard, S=", s),
+         str("none ", bytes_sum_text(p.modes[0]), "; optimizer ", bytes_sum_text(p.modes[1]),
+             "; gradients ", bytes_sum_text(p.modes[2]), "; full ", bytes_sum_text(p.modes[3])));
+  const char* mixed_formula = mode == plan::ShardMode::kNone        ? "(18 for Adam)"
+                              : mode == plan::ShardMode::kOptimizer ? "(6 + 12/dp for Adam)"
+                              : mode == plan::ShardMode::kGradients ? "(2 + 16/S for Adam)"
+                                                                    : "(18/S for Adam)";
   t.row("bf16 weights + fp32 master (Megatron)", p.mixed.total(), "B",
-        m.shard ? "(6 + 12/dp for Adam)" : "(18 for Adam)");
+        mode == plan::ShardMode::kOptimizer && !classic ? "(6 + 12/S for Adam)" : mixed_formula);
   t.row("parameters on this device", m.parameters_per_device, "", m.tp > 1 ? "(logical / tp)" : "");
   t.row("weights + gradients + optimizer state", p.state_bytes, "B",
         str("(", format_bytes(p.state_bytes), ")"));
   if (m.gpt) {
-    for (auto mode : {plan::RecomputeMode::kNone, plan::RecomputeMode::kAttention,
+    for (auto each : {plan::RecomputeMode::kNone, plan::RecomputeMode::kAttention,
                       plan::RecomputeMode::kBlock}) {
-      const double bytes = p.activations[static_cast<int>(mode)].total();
-      t.row(str("activations per micro-batch, recompute ", plan::recompute_name(mode)), bytes, "B",
-            str("(", format_bytes(bytes), mode == m.recompute ? "; this run)" : ")"));
+      const double bytes = p.activations[static_cast<int>(each)].total();
+      t.row(str("activations per micro-batch, recompute ", plan::recompute_name(each)), bytes, "B",
+            str("(", format_bytes(bytes), each == m.recompute ? "; this run)" : ")"));
     }
   } else {
     t.text("activations",
            "estimated for the gpt only (a config, or --layers --width --seq-len "
            "--vocab --heads --micro-batch)");
   }
-  t.row("total (state + this run's activations)", p.total_bytes, "B",
-        str("(", format_bytes(p.total_bytes), ")"));
+  if (mode == plan::ShardMode::kFull) {
+    const plan::GatherUnits u = m.gpt ? plan::gpt_gather_units(m.shape, m.tp)
+                                      : plan::GatherUnits{0, m.parameters_per_device};
+    t.row(m.gpt ? "gathered units (2 blocks + root)" : "gathered units (the model)",
+          p.gathered_bytes, "B",
+          m.gpt
+              ? str("((2 x ", number_text(u.block), " + ", number_text(u.root), ") x ",
+                    number_text(m.param_dtype_bytes), " B = ", format_bytes(p.gathered_bytes), ")")
+              : str("(the whole model, one unit: ", format_bytes(p.gathered_bytes), ")"));
+    t.row(m.gpt ? "their gradients in backward (1 block + root)" : "its gradients in backward",
+          p.gathered_gradient_bytes, "B", str("(", format_bytes(p.gathered_gradient_bytes), ")"));
+  }
+  if (mode == plan::ShardMode::kGradients) {
+    t.row("gradient buckets in flight (2 x parallel.bucket_mb)", p.bucket_in_flight_bytes, "B",
+          str("(", format_bytes(p.bucket_in_flight_bytes), ")"));
+  }
+  if (p.gathered_bytes > 0 || p.bucket_in_flight_bytes > 0) {
+    t.row("peak (state + activations + transient)", p.total_bytes, "B", peak_text(p));
+  } else {
+    t.row("total (state + this run's activations)", p.total_bytes, "B",
+          str("(", format_bytes(p.total_bytes), ")"));
+  }
+  t.row("communication per step per rank", p.comm.total(), "B", comm_text(p.comm));
   t.row("peak resident memory on a CPU host", p.host.peak_rss(), "B",
         str("(", format_bytes(p.host.peak_rss()), ": + heap slack ",
             format_bytes(p.host.heap_slack), " + process base ", format_bytes(p.host.process_base),
@@ -153,6 +218,46 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
                      "; shard the optimizer state (parallel.shard_optimizer), "
                      "recompute activations (model.recompute), or use a smaller "
                      "data.batch_size or more tp"));
+  }
+}
+
+// One layout of the search, in a line: its settings, bytes per parameter, peak and bytes sent.
+std::string layout_text(const plan::LayoutCandidate& c) {
+  const plan::MemoryPlan& p = c.plan;
+  return str(plan::layout_settings(p.in), ": ", number_text(p.run.total()), " B/param, peak ",
+             format_bytes(p.total_bytes), p.fits() ? " (fits)" : " (too big)", ", sends ",
+             format_bytes(p.comm.total()), "/step");
+}
+
+// --device-memory's choice of layout (docs/PLAN.md, "Choosing a layout").
+void add_layout_rows(Table& t, const plan::LayoutSearch& search,
+                     const plan::LayoutSearchInputs& in) {
+  t.section(str("layout for --device-memory ", format_bytes(in.device_memory), " (", in.devices,
+                " devices, ", in.devices_per_node, " per node, ", search.candidates.size(),
+                " layouts tried: least communication that fits)"));
+  if (search.chosen < 0) {
+    const plan::LayoutCandidate* smallest = nullptr;
+    for (const auto& c : search.candidates) {
+      if (!smallest || c.plan.total_bytes < smallest->plan.total_bytes) smallest = &c;
+    }
+    t.text("chosen", str("none fits; the smallest is ", layout_text(*smallest),
+                         ": more devices, a smaller data.batch_size or more parallel.pp"));
+  } else {
+    const plan::LayoutCandidate& c = search.candidates[static_cast<std::size_t>(search.chosen)];
+    const plan::MemoryPlan& p = c.plan;
+    t.text("chosen", plan::layout_settings(p.in));
+    t.row("its bytes per parameter", p.run.total(), "B",
+          str("(", bytes_sum_text(p.run), ", S=", p.in.group(), ")"));
+    t.row("its parameters on a device", p.in.parameters_per_device, "");
+    t.row("its peak", p.total_bytes, "B", peak_text(p));
+    t.row("its communication per step per rank", p.comm.total(), "B", comm_text(p.comm));
+  }
+  for (auto mode : {plan::ShardMode::kNone, plan::ShardMode::kOptimizer,
+                    plan::ShardMode::kGradients, plan::ShardMode::kFull}) {
+    const int i = search.best_of_mode[static_cast<int>(mode)];
+    if (i < 0) continue;
+    t.text(str("best with parallel.shard=", plan::shard_mode_name(mode)),
+           layout_text(search.candidates[static_cast<std::size_t>(i)]));
   }
 }
 
@@ -172,6 +277,7 @@ int run_plan(CommandContext& ctx, PlanOptions& options) {
   Table t;
   add_plan_rows(t, plan);
   add_memory_rows(t, memory);
+  if (result.layouts) add_layout_rows(t, *result.layouts, result.layout_inputs);
   if (result.pipeline.on()) {
     const train::PipelinePlan& pipeline = result.pipeline;
     const auto& shape = pipeline.shape;
@@ -321,7 +427,9 @@ const CommandRegistration reg = command<PlanOptions>(
           ->check(CLI::ExistingDirectory);
       auto* memory = "Memory";
       app.add_option("--device-memory", o.device_memory,
-                     "Memory of one device (80GiB, 141GB): say whether the run fits")
+                     "Memory of one device (80GiB, 141GB): say whether the run fits, and the "
+                     "least-communicating layout (shard mode, tp, shard group, recompute) that "
+                     "does")
           ->group(memory);
       app.add_option("--host-base", o.host_base,
                      "Resident memory of a training process before its model (e.g. 203MiB, the "
@@ -331,6 +439,15 @@ const CommandRegistration reg = command<PlanOptions>(
                    "Plan with the optimizer state sharded over the data-parallel group "
                    "(parallel.shard_optimizer)")
           ->group(memory);
+      app.add_option("--shard", o.shard,
+                     "Plan with parallel.shard = none | optimizer | gradients | full whatever the "
+                     "config says")
+          ->group(memory);
+      app.add_option("--devices-per-node", o.devices_per_node,
+                     "Devices per node (default 8): tp stays within a node, and "
+                     "parallel.shard_group: node is that many dp ranks / tp")
+          ->group(memory)
+          ->check(CLI::PositiveNumber);
       app.add_option("--heads", o.sizes.heads,
                      "Attention heads (activation estimate, size arguments)")
           ->group(memory)

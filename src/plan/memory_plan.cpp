@@ -1,5 +1,6 @@
 #include "hpctrain/plan/memory_plan.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -9,9 +10,30 @@
 
 namespace hpctrain::plan {
 
-ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer, int dp,
-                               bool shard) {
-  if (dp < 1) throw ConfigError(str("data-parallel size ", dp, " must be at least 1"));
+const char* shard_mode_name(ShardMode mode) {
+  switch (mode) {
+    case ShardMode::kOptimizer: return "optimizer";
+    case ShardMode::kGradients: return "gradients";
+    case ShardMode::kFull: return "full";
+    case ShardMode::kNone: break;
+  }
+  return "none";
+}
+
+ShardMode parse_shard_mode(const std::string& name, const std::string& what) {
+  for (auto mode :
+       {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    if (name == shard_mode_name(mode)) return mode;
+  }
+  throw ConfigError(
+      str(what, " = '", name, "': expected none, optimizer, gradients or full (docs/PLAN.md)"));
+}
+
+ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer, int shard_ranks,
+                               ShardMode mode) {
+  if (shard_ranks < 1) {
+    throw ConfigError(str("a shard group of ", shard_ranks, " ranks: it must be at least 1"));
+  }
   const double state = optimizer_state_bytes_per_parameter(optimizer);
   ParameterBytes b;
   double kept_with_state = state;
@@ -23,8 +45,82 @@ ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer
     b.gradients = 4;
     kept_with_state += 4;  // float32 master weights, updated by the optimizer
   }
-  b.sharded = shard ? kept_with_state / dp : kept_with_state;
+  const double s = shard_ranks;
+  b.sharded = mode == ShardMode::kNone ? kept_with_state : kept_with_state / s;
+  if (mode >= ShardMode::kGradients) b.gradients /= s;
+  if (mode == ShardMode::kFull) b.weights /= s;
   return b;
+}
+
+ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer, int dp,
+                               bool shard) {
+  return parameter_bytes(layout, optimizer, dp, shard ? ShardMode::kOptimizer : ShardMode::kNone);
+}
+
+GatherUnits gpt_gather_units(const TransformerShape& shape, int tp) {
+  const double d = static_cast<double>(shape.width);
+  const double f = std::round(d * shape.mlp_ratio);
+  GatherUnits u;
+  u.block = (4 * d * d + 2 * f * d + 9 * d + f) / tp;
+  u.root = (transformer_embedding_parameters(shape) + 2 * d) / tp;
+  return u;
+}
+
+namespace {
+
+// (n - 1) / n: the share of a ring collective's data one rank sends per byte it holds.
+double ring_share(double n) {
+  return (n - 1) / n;
+}
+
+}  // namespace
+
+StepCommunication step_communication(const MemoryInputs& in) {
+  const ShardMode mode = in.mode();
+  const int s = in.group();
+  if (in.dp < 1 || s < 1 || in.dp % s != 0) {
+    throw ConfigError(str("parallel.shard_group = ", s, " does not divide the ", in.dp,
+                          " data-parallel ranks: give dp, node or a divisor of ", in.dp));
+  }
+  const double n = in.parameters_per_device;
+  const double replicas = static_cast<double>(in.dp / s);
+  const double m = static_cast<double>(std::max<std::int64_t>(1, in.micro_batches));
+  StepCommunication c;
+  switch (mode) {
+    case ShardMode::kNone: c.reduce = 2 * n * 4 * ring_share(in.dp); break;
+    case ShardMode::kOptimizer:
+    case ShardMode::kGradients: {
+      // Reduce-scatter (every micro-batch under gradients, which keeps no whole gradient), the
+      // owned chunk across the shard groups, then the updated float32 chunks gathered.
+      const double grads = n * (mode == ShardMode::kGradients ? in.reduce_dtype_bytes : 4);
+      c.reduce = (mode == ShardMode::kGradients ? m : 1) * grads * ring_share(s);
+      c.replicas = 2 * grads / s * ring_share(replicas);
+      c.gather = n * 4 * ring_share(s);
+      break;
+    }
+    case ShardMode::kFull: {
+      // Each micro-batch gathers every unit for its forward and, resharded, every unit but the
+      // root again for its backward, and reduce-scatters the gradients; the owned chunks are
+      // added across the shard groups once a step.
+      const double params = n * in.param_dtype_bytes;
+      const double root =
+          in.gpt ? gpt_gather_units(in.shape, in.tp).root * in.param_dtype_bytes : params;
+      const double grads = n * in.reduce_dtype_bytes;
+      c.gather = m * (params + (in.reshard_after_forward ? params - root : 0)) * ring_share(s);
+      c.reduce = m * grads * ring_share(s);
+      c.replicas = 2 * grads / s * ring_share(replicas);
+      break;
+    }
+  }
+  if (in.gpt && in.tp > 1 && in.micro_batch > 0) {
+    const double activation =
+        static_cast<double>(in.micro_batch) * static_cast<double>(in.shape.seq_len) *
+        static_cast<double>(in.shape.width) * activation_element_bytes(in.precision);
+    const double per_block = in.recompute == RecomputeMode::kBlock ? 6 : 4;
+    const double all_reduces = 2 + per_block * static_cast<double>(in.shape.layers);
+    c.tensor_parallel = m * all_reduces * 2 * activation * ring_share(in.tp);
+  }
+  return c;
 }
 
 ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t heads,
@@ -110,17 +206,53 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
   MemoryPlan p;
   p.in = in;
   p.optimizer = optimizer;
-  p.run = parameter_bytes(WeightLayout::kFloat32, optimizer, in.dp, in.shard);
-  p.other = parameter_bytes(WeightLayout::kFloat32, optimizer, in.dp, !in.shard);
-  p.mixed = parameter_bytes(WeightLayout::kBf16WithFloat32Master, optimizer, in.dp, in.shard);
+  const ShardMode mode = in.mode();
+  const int s = in.group();
+  p.comm = step_communication(in);  // checks the shard group
+  p.run = parameter_bytes(WeightLayout::kFloat32, optimizer, s, mode);
+  // For comparison: sharded optimizer state when this run shards nothing, else nothing sharded.
+  p.other = parameter_bytes(WeightLayout::kFloat32, optimizer, s,
+                            mode == ShardMode::kNone ? ShardMode::kOptimizer : ShardMode::kNone);
+  p.mixed = parameter_bytes(WeightLayout::kBf16WithFloat32Master, optimizer, s, mode);
+  for (auto each :
+       {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    p.modes[static_cast<int>(each)] = parameter_bytes(WeightLayout::kFloat32, optimizer, s, each);
+  }
   const double n = in.parameters_per_device;
   p.state_bytes = n * p.run.total();
+  if (mode == ShardMode::kFull) {
+    // The unit computing and the next one, prefetched, plus the root, which stays gathered for
+    // the whole step; in backward one block's and the root's unsharded gradients. A model other
+    // than the gpt is one unit.
+    if (in.gpt) {
+      const GatherUnits u = gpt_gather_units(in.shape, in.tp);
+      const double blocks = std::min<double>(2, static_cast<double>(in.shape.layers));
+      p.gathered_bytes = (blocks * u.block + u.root) * in.param_dtype_bytes;
+      p.gathered_gradient_bytes = (u.block + u.root) * in.param_dtype_bytes;
+    } else {
+      p.gathered_bytes = n * in.param_dtype_bytes;
+      p.gathered_gradient_bytes = n * in.param_dtype_bytes;
+    }
+  } else if (mode == ShardMode::kGradients) {
+    // One bucket filling while the previous one is reduce-scattered; with one bucket per
+    // parameter (bucket_mb 0) the two largest of the gpt (its embedding, an MLP matrix).
+    double bucket = in.bucket_bytes;
+    if (!(bucket > 0) && in.gpt) {
+      const double d = static_cast<double>(in.shape.width);
+      bucket = 4 *
+               std::max(static_cast<double>(in.shape.vocab_size) * d,
+                        d * std::round(d * in.shape.mlp_ratio)) /
+               in.tp;
+    }
+    p.bucket_in_flight_bytes = std::min(2 * std::max(bucket, 0.0), n * 4);
+  }
+  const double transient = p.gathered_bytes + p.gathered_gradient_bytes + p.bucket_in_flight_bytes;
   double heap_slack = 0;
   if (in.gpt) {
     const double element = activation_element_bytes(in.precision);
-    for (auto mode : {RecomputeMode::kNone, RecomputeMode::kBlock, RecomputeMode::kAttention}) {
-      p.activations[static_cast<int>(mode)] = gpt_activation_bytes(
-          in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout, mode);
+    for (auto each : {RecomputeMode::kNone, RecomputeMode::kBlock, RecomputeMode::kAttention}) {
+      p.activations[static_cast<int>(each)] = gpt_activation_bytes(
+          in.shape, in.heads, in.micro_batch, in.tp, element, in.dropout, each);
     }
     p.run_activation_bytes = p.activations[static_cast<int>(in.recompute)].total();
     p.host_activation_bytes =
@@ -130,10 +262,10 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
     heap_slack = gpt_heap_slack_bytes(p.activations[static_cast<int>(RecomputeMode::kNone)],
                                       in.shape.layers, in.recompute, n * p.run.weights);
   }
-  p.total_bytes = p.state_bytes + p.run_activation_bytes;
+  p.total_bytes = p.state_bytes + p.run_activation_bytes + transient;
   // On a CPU host the tensors live in glibc's heap, beside its free space and the process's
   // libraries and buffers: the peak resident memory (docs/PLAN.md, "Memory on a CPU host").
-  p.host.tensors = p.state_bytes + p.host_activation_bytes;
+  p.host.tensors = p.state_bytes + p.host_activation_bytes + transient;
   p.host.heap_slack = heap_slack;
   p.host_base_given = host_base > 0;
   p.host.process_base = host_base > 0 ? host_base : kDefaultProcessBaseBytes;
@@ -147,16 +279,32 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
   nlohmann::ordered_json j;
   j["dp"] = m.dp;
   j["tp"] = m.tp;
-  j["shard_optimizer"] = m.shard;
+  const ShardMode mode = m.mode();
+  j["shard_optimizer"] = mode != ShardMode::kNone;
+  j["shard"] = shard_mode_name(mode);
+  j["shard_group"] = m.group();
   j["bytes_per_parameter"] = {{"weights", p.run.weights},
                               {"gradients", p.run.gradients},
                               {"optimizer_state", p.run.sharded},
                               {"total", p.run.total()},
-                              {m.shard ? "unsharded" : "sharded", p.other.total()},
+                              {mode != ShardMode::kNone ? "unsharded" : "sharded", p.other.total()},
                               {"bf16_weights_float32_master", p.mixed.total()}};
+  nlohmann::ordered_json by_mode;
+  for (auto each :
+       {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGradients, ShardMode::kFull}) {
+    by_mode[shard_mode_name(each)] = p.modes[static_cast<int>(each)].total();
+  }
+  j["bytes_per_parameter_by_shard"] = by_mode;
   j["parameter_bytes"] = n * p.run.weights;
   j["gradient_bytes"] = n * p.run.gradients;
   j["optimizer_state_bytes"] = n * p.run.sharded;
+  if (mode == ShardMode::kFull) {
+    j["param_dtype_bytes"] = m.param_dtype_bytes;
+    j["reshard_after_forward"] = m.reshard_after_forward;
+    j["gathered_bytes"] = p.gathered_bytes;
+    j["gathered_gradient_bytes"] = p.gathered_gradient_bytes;
+  }
+  if (mode == ShardMode::kGradients) j["bucket_in_flight_bytes"] = p.bucket_in_flight_bytes;
   if (m.gpt) {
     nlohmann::ordered_json acts;
     for (auto mode : {RecomputeMode::kNone, RecomputeMode::kAttention, RecomputeMode::kBlock}) {
@@ -167,6 +315,11 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
     j["activation_bytes"] = acts;
   }
   j["total_bytes"] = p.total_bytes;
+  j["communication_bytes_per_step"] = {{"gather", p.comm.gather},
+                                       {"reduce", p.comm.reduce},
+                                       {"replicas", p.comm.replicas},
+                                       {"tensor_parallel", p.comm.tensor_parallel},
+                                       {"total", p.comm.total()}};
   j["host"] = {
       {"tensor_bytes", p.host.tensors},
       {"heap_slack_bytes", p.host.heap_slack},
@@ -187,6 +340,18 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
     j["fits"] = p.fits();
   }
   return j;
+}
+
+std::string layout_settings(const MemoryInputs& in) {
+  const ShardMode mode = in.mode();
+  std::string out = str("parallel.shard=", shard_mode_name(mode));
+  if (mode != ShardMode::kNone) {
+    out += " parallel.shard_group=";
+    out += in.group() == in.dp ? std::string("dp") : std::to_string(in.group());
+  }
+  out += str(" parallel.tp=", in.tp);
+  if (in.gpt) out += str(" model.recompute=", recompute_name(in.recompute));
+  return out;
 }
 
 }  // namespace hpctrain::plan

@@ -1,5 +1,6 @@
 #include "hpctrain/train/run_plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,14 @@ using plan::ComputePlan;
 using plan::LedgerCalibration;
 using plan::MemoryInputs;
 using plan::PlanInputs;
+
+// The plan library's shard modes are parallel's, value for value.
+static_assert(static_cast<int>(plan::ShardMode::kFull) ==
+                  static_cast<int>(parallel::ShardMode::kFull) &&
+              static_cast<int>(plan::ShardMode::kGradients) ==
+                  static_cast<int>(parallel::ShardMode::kGradients) &&
+              static_cast<int>(plan::ShardMode::kOptimizer) ==
+                  static_cast<int>(parallel::ShardMode::kOptimizer));
 
 // The optimizer state a checkpoint of this config holds (compute_plan.hpp names).
 std::string config_optimizer(const OptimizerConfig& optim) {
@@ -130,7 +139,20 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   in.devices = devices;
   memory.dp = static_cast<int>(dp);
   memory.tp = tp;
-  memory.shard = tc.parallel.shards_optimizer() || o.sizes.shard_optimizer;
+  // parallel.shard as the plan library knows it (plan/ does not depend on parallel/).
+  memory.shard = o.sizes.shard_optimizer;
+  memory.shard_mode = static_cast<plan::ShardMode>(static_cast<int>(tc.parallel.shard));
+  if (tc.parallel.shard_group > 0) {
+    memory.shard_ranks = tc.parallel.shard_group;
+  } else if (tc.parallel.shard_group < 0) {  // node: the dp ranks of one node
+    memory.shard_ranks =
+        static_cast<int>(std::min<std::int64_t>(dp, std::max(1, o.devices_per_node / (tp * pp))));
+  }
+  memory.reshard_after_forward = tc.parallel.reshard_after_forward;
+  memory.param_dtype_bytes = tc.parallel.param_dtype == parallel::ShardDtype::kBFloat16 ? 2 : 4;
+  memory.reduce_dtype_bytes = tc.parallel.reduce_dtype == parallel::ShardDtype::kBFloat16 ? 2 : 4;
+  memory.bucket_bytes = static_cast<double>(tc.parallel.bucket_bytes());
+  memory.micro_batches = tc.optim.grad_accumulation;
   memory.precision = tc.run.precision;
   // With pipeline stages each device holds about 1/pp of the layers.
   memory.parameters_per_device = in.parameters / (tp * pp);
@@ -390,8 +412,25 @@ RunPlan make_run_plan(const PlanRequest& o) {
     int8["eval_device_hours"] = e.eval_device_hours;
     j["compress_int8"] = int8;
   }
+  if (!o.shard.empty()) memory.shard_mode = plan::parse_shard_mode(o.shard, "--shard");
+  if (o.devices_per_node < 1) {
+    throw ConfigError(str("--devices-per-node ", o.devices_per_node, ": must be at least 1"));
+  }
   out.memory = plan::make_memory_plan(memory, in.optimizer, device_memory, host_base);
   j["memory"] = plan::memory_plan_to_json(out.memory);
+  if (device_memory > 0 && in.parameters > 0) {
+    // The least-communicating layout that fits, on the same devices and pipeline stages.
+    plan::LayoutSearchInputs& s = out.layout_inputs;
+    s.run = memory;
+    s.optimizer = in.optimizer;
+    s.parameters = in.parameters;
+    s.devices = devices;
+    s.pp = out.pipeline.on() ? out.pipeline.shape.pp : 1;
+    s.devices_per_node = o.devices_per_node;
+    s.device_memory = device_memory;
+    out.layouts = plan::search_layouts(s);
+    j["memory"]["layout"] = plan::layout_search_to_json(*out.layouts, s);
+  }
   // The pipeline's bubble: the share of each step a stage waits for its neighbours, from the
   // schedule's arithmetic (the plan library's simulation shows it exact for equal stages); the
   // training time above assumes none, so it is divided by (1 - bubble) here.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/layout_search.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/plan/size_arguments.hpp"
@@ -33,6 +34,8 @@ struct PlanRequest {
   std::string compress;   ///< "int8" or empty
   std::string device_memory;
   std::string host_base;
+  std::string shard;         ///< --shard: none | optimizer | gradients | full; empty: the config's
+  int devices_per_node = 8;  ///< --devices-per-node: tp stays within a node; "node" shard groups
 };
 
 /// parallel.pp > 1 in the config: the schedule whose bubble the plan predicts (docs/PIPELINE.md).
@@ -48,7 +51,10 @@ struct PipelinePlan {
 struct RunPlan {
   plan::ComputePlan compute;
   plan::MemoryPlan memory;
-  PipelinePlan pipeline;  ///< with parallel.pp > 1 in the config
+  /// With --device-memory: every layout tried and the least-communicating one that fits.
+  std::optional<plan::LayoutSearch> layouts;
+  plan::LayoutSearchInputs layout_inputs;  ///< what the search varied around
+  PipelinePlan pipeline;                   ///< with parallel.pp > 1 in the config
   std::optional<plan::LedgerCalibration> calibration;
   /// How well the plan reproduces the calibrating run (with calibration), else empty.
   nlohmann::ordered_json check;

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "hpctrain/plan/compute_plan.hpp"
+#include "hpctrain/plan/layout_search.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/plan/size_arguments.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -438,6 +439,260 @@ TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
   EXPECT_NE(message(flops).find("--samples"), std::string::npos);
   EXPECT_FALSE(has_model_size(SizeArguments{}));
   EXPECT_NE(message(SizeArguments{}).find("nothing to plan"), std::string::npos);
+}
+
+TEST(PlanMemory, BytesPerParameterInEveryShardMode) {
+  // float32 weights and gradients with Adam on a shard group of S ranks: none 4 + 4 + 8,
+  // optimizer 4 + 4 + 8/S, gradients 4 + 4/S + 8/S, full (4 + 4 + 8)/S.
+  for (int s : {1, 2, 4, 8, 64}) {
+    const double d = s;
+    auto f32 = [&](ShardMode mode) {
+      return parameter_bytes(WeightLayout::kFloat32, "adamw", s, mode);
+    };
+    const ParameterBytes none = f32(ShardMode::kNone);
+    EXPECT_DOUBLE_EQ(none.weights, 4);
+    EXPECT_DOUBLE_EQ(none.gradients, 4);
+    EXPECT_DOUBLE_EQ(none.sharded, 8);
+    const ParameterBytes optimizer = f32(ShardMode::kOptimizer);
+    EXPECT_DOUBLE_EQ(optimizer.weights, 4);
+    EXPECT_DOUBLE_EQ(optimizer.gradients, 4);
+    EXPECT_DOUBLE_EQ(optimizer.sharded, 8 / d);
+    const ParameterBytes gradients = f32(ShardMode::kGradients);
+    EXPECT_DOUBLE_EQ(gradients.weights, 4);
+    EXPECT_DOUBLE_EQ(gradients.gradients, 4 / d);
+    EXPECT_DOUBLE_EQ(gradients.sharded, 8 / d);
+    const ParameterBytes full = f32(ShardMode::kFull);
+    EXPECT_DOUBLE_EQ(full.weights, 4 / d);
+    EXPECT_DOUBLE_EQ(full.gradients, 4 / d);
+    EXPECT_DOUBLE_EQ(full.sharded, 8 / d);
+    EXPECT_DOUBLE_EQ(full.total(), 16 / d);
+    // The old switch is the optimizer mode, bit for bit.
+    const ParameterBytes old = parameter_bytes(WeightLayout::kFloat32, "adamw", s, true);
+    EXPECT_EQ(old.total(), optimizer.total());
+    EXPECT_EQ(parameter_bytes(WeightLayout::kFloat32, "adamw", s, false).total(), none.total());
+    // bf16 weights, float32 gradients, float32 master weights with the optimizer state.
+    auto bf16 = [&](ShardMode mode) {
+      return parameter_bytes(WeightLayout::kBf16WithFloat32Master, "adam", s, mode).total();
+    };
+    EXPECT_DOUBLE_EQ(bf16(ShardMode::kNone), 18);
+    EXPECT_DOUBLE_EQ(bf16(ShardMode::kOptimizer), 6 + 12 / d);
+    EXPECT_DOUBLE_EQ(bf16(ShardMode::kGradients), 2 + 16 / d);
+    EXPECT_DOUBLE_EQ(bf16(ShardMode::kFull), 18 / d);
+    // SGD with momentum keeps 4 bytes of state: full divides 12.
+    EXPECT_DOUBLE_EQ(
+        parameter_bytes(WeightLayout::kFloat32, "sgd-momentum", s, ShardMode::kFull).total(),
+        12 / d);
+  }
+  EXPECT_THROW(parameter_bytes(WeightLayout::kFloat32, "adam", 0, ShardMode::kFull), ConfigError);
+  EXPECT_EQ(parse_shard_mode("gradients", "--shard"), ShardMode::kGradients);
+  EXPECT_NE(config_error_of([] { parse_shard_mode("zero3", "--shard"); }).find("--shard"),
+            std::string::npos);
+}
+
+// configs/gpt-medium.yaml: 8 blocks of width 512, 8 heads, 256 tokens, a byte vocabulary, tied.
+MemoryInputs gpt_medium_inputs(int dp, int tp) {
+  MemoryInputs m;
+  m.dp = dp;
+  m.tp = tp;
+  m.gpt = true;
+  m.shape = TransformerShape{8, 512, 256, 256, 4.0, true};
+  m.heads = 8;
+  m.micro_batch = 8;
+  m.parameters_per_device =
+      (transformer_non_embedding_parameters(m.shape) + transformer_embedding_parameters(m.shape)) /
+      tp;
+  return m;
+}
+
+TEST(PlanMemory, PeakAddsWhatEachShardModeHoldsBesideItsState) {
+  MemoryInputs m = gpt_medium_inputs(8, 1);
+  const double n = m.parameters_per_device;
+  // The gather units by hand: a block 4 D^2 + 2 F D + 9 D + F, the root V D + T D + 2 D; the
+  // blocks and the root are the whole model.
+  const double block = 4.0 * 512 * 512 + 2.0 * 2048 * 512 + 9 * 512 + 2048;
+  const double root = 256.0 * 512 + 256.0 * 512 + 2 * 512;
+  const GatherUnits u = gpt_gather_units(m.shape, 1);
+  EXPECT_DOUBLE_EQ(u.block, block);
+  EXPECT_DOUBLE_EQ(u.root, root);
+  EXPECT_DOUBLE_EQ(8 * block + root, n);
+  EXPECT_DOUBLE_EQ(gpt_gather_units(m.shape, 2).block, block / 2);
+
+  const double activations =
+      gpt_activation_bytes(m.shape, 8, 8, 1, 4, false, RecomputeMode::kNone).total();
+  // none and optimizer: state and activations only (the buckets are views of the gradients).
+  for (auto mode : {ShardMode::kNone, ShardMode::kOptimizer}) {
+    m.shard_mode = mode;
+    const MemoryPlan p = make_memory_plan(m, "adamw", 0, 0);
+    EXPECT_DOUBLE_EQ(p.total_bytes, n * p.run.total() + activations);
+    EXPECT_DOUBLE_EQ(p.gathered_bytes + p.gathered_gradient_bytes + p.bucket_in_flight_bytes, 0);
+  }
+  // gradients: two buckets in flight, at most every gradient.
+  m.shard_mode = ShardMode::kGradients;
+  MemoryPlan p = make_memory_plan(m, "adamw", 0, 0);
+  EXPECT_DOUBLE_EQ(p.bucket_in_flight_bytes, 2 * 25.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(p.total_bytes, n * (4 + 12.0 / 8) + activations + 50.0 * (1 << 20));
+  m.bucket_bytes = 100e6;
+  EXPECT_DOUBLE_EQ(make_memory_plan(m, "adamw", 0, 0).bucket_in_flight_bytes, 4 * n);
+  // full: two blocks and the root gathered, one block's and the root's gradients, at param_dtype.
+  m.shard_mode = ShardMode::kFull;
+  p = make_memory_plan(m, "adamw", 0, 0);
+  EXPECT_DOUBLE_EQ(p.state_bytes, n * 16 / 8);
+  EXPECT_DOUBLE_EQ(p.gathered_bytes, (2 * block + root) * 4);
+  EXPECT_DOUBLE_EQ(p.gathered_gradient_bytes, (block + root) * 4);
+  EXPECT_DOUBLE_EQ(p.total_bytes, n * 2 + activations + (3 * block + 2 * root) * 4);
+  m.param_dtype_bytes = 2;
+  EXPECT_DOUBLE_EQ(make_memory_plan(m, "adamw", 0, 0).gathered_bytes, (2 * block + root) * 2);
+  // A hybrid group of 2: each rank holds half the state.
+  m.param_dtype_bytes = 4;
+  m.shard_ranks = 2;
+  EXPECT_DOUBLE_EQ(make_memory_plan(m, "adamw", 0, 0).state_bytes, n * 16 / 2);
+  m.shard_ranks = 3;  // does not divide dp = 8
+  EXPECT_NE(config_error_of([&] { make_memory_plan(m, "adamw", 0, 0); }).find("shard_group"),
+            std::string::npos);
+}
+
+TEST(PlanMemory, StepCommunicationPerShardMode) {
+  MemoryInputs m = gpt_medium_inputs(8, 1);
+  const double n = m.parameters_per_device;
+  const double root = gpt_gather_units(m.shape, 1).root;
+  // none: a ring all-reduce of the float32 gradients, 2 x 4 N x 7/8.
+  StepCommunication c = step_communication(m);
+  EXPECT_DOUBLE_EQ(c.total(), 2 * 4 * n * 7 / 8);
+  EXPECT_DOUBLE_EQ(c.reduce, c.total());
+  // optimizer and gradients: reduce-scatter + all-gather, the same bytes; so with a hybrid group
+  // of 2 (reduce-scatter over 2, the half all-reduced over the 4 groups, all-gather over 2).
+  for (auto mode : {ShardMode::kOptimizer, ShardMode::kGradients}) {
+    m.shard_mode = mode;
+    m.shard_ranks = 0;
+    c = step_communication(m);
+    EXPECT_DOUBLE_EQ(c.reduce, 4 * n * 7 / 8);
+    EXPECT_DOUBLE_EQ(c.gather, 4 * n * 7 / 8);
+    EXPECT_DOUBLE_EQ(c.replicas, 0);
+    m.shard_ranks = 2;
+    c = step_communication(m);
+    EXPECT_DOUBLE_EQ(c.reduce, 4 * n / 2);
+    EXPECT_DOUBLE_EQ(c.replicas, 2 * (4 * n / 2) * 3 / 4);
+    EXPECT_NEAR(c.total(), 2 * 4 * n * 7 / 8, 1e-6 * n);
+  }
+  // full: forward all-gather, the backward one (the root stays gathered), reduce-scatter: about
+  // 3 x; 2 x without resharding after forward; a hybrid group of 2 sends less.
+  m.shard_mode = ShardMode::kFull;
+  m.shard_ranks = 0;
+  c = step_communication(m);
+  EXPECT_DOUBLE_EQ(c.gather, (4 * n + 4 * (n - root)) * 7 / 8);
+  EXPECT_DOUBLE_EQ(c.reduce, 4 * n * 7 / 8);
+  EXPECT_DOUBLE_EQ(c.replicas, 0);
+  const double full_dp = c.total();
+  m.reshard_after_forward = false;
+  EXPECT_DOUBLE_EQ(step_communication(m).gather, 4 * n * 7 / 8);
+  m.reshard_after_forward = true;
+  m.shard_ranks = 2;
+  c = step_communication(m);
+  EXPECT_DOUBLE_EQ(c.total(), (8 * n - 4 * root) / 2 + 4 * n / 2 + 2 * (4 * n / 2) * 3 / 4);
+  EXPECT_LT(c.total(), full_dp);
+  // Two micro-batches gather and reduce-scatter twice; the cross-group all-reduce stays once.
+  m.micro_batches = 2;
+  const StepCommunication twice = step_communication(m);
+  EXPECT_DOUBLE_EQ(twice.gather, 2 * c.gather);
+  EXPECT_DOUBLE_EQ(twice.reduce, 2 * c.reduce);
+  EXPECT_DOUBLE_EQ(twice.replicas, c.replicas);
+  // tp = 2: the activation all-reduces, B T D x 4 bytes each, 2 + 4 per block (6 recomputed).
+  MemoryInputs t = gpt_medium_inputs(4, 2);
+  const double x = 8.0 * 256 * 512 * 4;
+  EXPECT_DOUBLE_EQ(step_communication(t).tensor_parallel, (2 + 4 * 8) * 2 * x / 2);
+  t.recompute = RecomputeMode::kBlock;
+  EXPECT_DOUBLE_EQ(step_communication(t).tensor_parallel, (2 + 6 * 8) * 2 * x / 2);
+  EXPECT_DOUBLE_EQ(step_communication(t).reduce, 2 * 4 * t.parameters_per_device * 3 / 4);
+}
+
+// The search of gpt-medium on 64 devices, 8 per node, with `memory` bytes each.
+LayoutSearchInputs gpt_medium_search(double memory) {
+  LayoutSearchInputs s;
+  s.run = gpt_medium_inputs(64, 1);
+  s.optimizer = "adamw";
+  s.parameters = s.run.parameters_per_device;
+  s.devices = 64;
+  s.devices_per_node = 8;
+  s.device_memory = memory;
+  return s;
+}
+
+const LayoutCandidate& chosen(const LayoutSearch& s) {
+  return s.candidates.at(static_cast<std::size_t>(s.chosen));
+}
+
+TEST(PlanLayout, SearchPicksTheLeastCommunicatingLayoutThatFits) {
+  // Everything fits: nothing sharded, no tp, no recomputation (the all-reduce is the fewest
+  // bytes, and the optimizer mode's equal bytes lose the tie).
+  LayoutSearch all = search_layouts(gpt_medium_search(80.0 * (1ull << 30)));
+  // tp 1, 2, 4, 8 x (none + 3 modes x groups) x 2 recompute modes.
+  EXPECT_GT(all.candidates.size(), 100u);
+  ASSERT_GE(all.chosen, 0);
+  EXPECT_EQ(layout_settings(chosen(all).plan.in),
+            "parallel.shard=none parallel.tp=1 model.recompute=none");
+  for (const auto& c : all.candidates) EXPECT_TRUE(c.plan.fits());
+  const double none_bytes = chosen(all).plan.comm.total();
+  for (const auto& c : all.candidates) EXPECT_GE(c.plan.comm.total(), none_bytes * (1 - 1e-12));
+
+  // The smallest peak of the non-full layouts and of the full ones: between them only full fits.
+  double non_full = 1e300;
+  double full = 1e300;
+  for (const auto& c : all.candidates) {
+    double& least = c.plan.in.mode() == ShardMode::kFull ? full : non_full;
+    least = std::min(least, c.plan.total_bytes);
+  }
+  ASSERT_LT(full, non_full);
+  const LayoutSearch only_full = search_layouts(gpt_medium_search((full + non_full) / 2));
+  ASSERT_GE(only_full.chosen, 0);
+  EXPECT_EQ(chosen(only_full).plan.in.mode(), ShardMode::kFull);
+  EXPECT_LE(chosen(only_full).plan.total_bytes, (full + non_full) / 2);
+  for (const auto& c : only_full.candidates) {
+    if (c.plan.fits()) {
+      EXPECT_EQ(c.plan.in.mode(), ShardMode::kFull);
+      EXPECT_GE(c.plan.comm.total(), chosen(only_full).plan.comm.total() * (1 - 1e-12));
+    }
+  }
+  EXPECT_FALSE(only_full
+                   .candidates[static_cast<std::size_t>(
+                       only_full.best_of_mode[static_cast<int>(ShardMode::kGradients)])]
+                   .plan.fits());
+
+  // Nothing fits in 1 MiB.
+  EXPECT_EQ(search_layouts(gpt_medium_search(1 << 20)).chosen, -1);
+}
+
+TEST(PlanLayout, HybridShardGroupWinsWhenItFits) {
+  // Under full a smaller shard group sends fewer bytes (3 (S-1)/S of the parameters within the
+  // group, the chunk all-reduced across groups) and holds more: with memory for the group of 8
+  // ranks (one node at tp 1) and not for tp > 1 or another mode, the choice is that hybrid.
+  LayoutSearchInputs s = gpt_medium_search(0);
+  MemoryInputs node = s.run;
+  node.shard_mode = ShardMode::kFull;
+  node.shard_ranks = 8;
+  node.recompute = RecomputeMode::kBlock;
+  const MemoryPlan hybrid = make_memory_plan(node, "adamw", 0, 0);
+  node.shard_ranks = 64;
+  const MemoryPlan whole = make_memory_plan(node, "adamw", 0, 0);
+  EXPECT_LT(hybrid.comm.total(), whole.comm.total());
+  EXPECT_GT(hybrid.total_bytes, whole.total_bytes);
+  s.device_memory = hybrid.total_bytes * 1.0001;
+  s.vary_tp = false;
+  const LayoutSearch found = search_layouts(s);
+  ASSERT_GE(found.chosen, 0);
+  const MemoryInputs& c = chosen(found).plan.in;
+  EXPECT_EQ(c.mode(), ShardMode::kFull);
+  EXPECT_LT(c.group(), 64);
+  EXPECT_LE(chosen(found).plan.comm.total(), hybrid.comm.total());
+  EXPECT_EQ(layout_settings(hybrid.in),
+            "parallel.shard=full parallel.shard_group=8 parallel.tp=1 model.recompute=block");
+  EXPECT_TRUE(found.candidates[static_cast<std::size_t>(found.chosen)].node_group ||
+              c.group() != 8);
+  // JSON: the choice and the best of each mode.
+  const auto j = layout_search_to_json(found, s);
+  EXPECT_EQ(j["chosen"]["shard"], "full");
+  EXPECT_EQ(j["chosen"]["settings"], layout_settings(c));
+  EXPECT_TRUE(j["best_of_each_shard"].contains("none"));
+  EXPECT_FALSE(j["best_of_each_shard"]["none"]["fits"].get<bool>());
 }
 
 TEST(PlanCalibration, Int8EvaluationDividesTheFloat32EvaluationBySpeed) {
