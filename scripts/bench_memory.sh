@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Memory and throughput of the gpt with and without a sharded optimizer state
-# (parallel.shard_optimizer) and activation recomputation (model.recompute), on each rank count,
+# Memory and throughput of the gpt in each sharding mode (parallel.shard: none, optimizer,
+# gradients, full) with and without activation recomputation (model.recompute), on each rank count,
 # the variants one after another in one invocation so that they see the same machine load.
 # For each run, from its ledger.json: peak resident memory (VmHWM, the largest rank), the peak
 # bytes of live host tensors (the counting CPU allocator) and tokens/s; from `hpctrain plan
@@ -25,8 +25,8 @@ name=$(basename "$config" .yaml)
 common=(--set "data.train=$data/train.h5" --set "data.val=$data/val.h5" --set parallel.tp=1
   --set "run.max_steps=$steps" --set eval.every_steps=0 --set eval.at_end=false
   --set checkpoint.at_end=false --set logging.progress=plain --resume none)
-variants=("plain:false:none" "sharded:true:none" "block:false:block" "sharded+block:true:block"
-  "attention:false:attention")
+variants=("plain:none:none" "sharded:optimizer:none" "gradients:gradients:none" "full:full:none"
+  "block:none:block" "sharded+block:optimizer:block" "full+block:full:block")
 if [[ ${BENCH_REUSE:-0} != 1 ]]; then
   mkdir -p "$out"
   for np in "${ranks[@]}"; do
@@ -40,7 +40,7 @@ if [[ ${BENCH_REUSE:-0} != 1 ]]; then
       run=$out/$name-$variant-$np
       rm -rf "$run"
       mpirun "${MPI_FLAGS[@]}" -np "$np" "$bin" --threads 1 train -c "$config" "${common[@]}" \
-        --set "parallel.shard_optimizer=$shard" --set "model.recompute=$recompute" \
+        --set "parallel.shard=$shard" --set "model.recompute=$recompute" \
         --set "run.dir=$run" >"$run.log" 2>&1
     done
   done
@@ -52,7 +52,7 @@ print(max(r - t for r, t in zip(l['peak_rss_bytes_per_rank'], l['peak_tensor_byt
     "$out/$name-base-$np/ledger.json")
   for v in "${variants[@]}"; do
     IFS=: read -r variant shard recompute <<<"$v"
-    "$bin" plan -c "$config" "${common[@]:0:6}" --set "parallel.shard_optimizer=$shard" \
+    "$bin" plan -c "$config" "${common[@]:0:6}" --set "parallel.shard=$shard" \
       --set "model.recompute=$recompute" --devices "$np" --samples 100000 --host-base "$base" \
       --json >"$out/$name-$variant-$np.plan.json"
   done
@@ -60,7 +60,7 @@ done
 /usr/bin/python3 - "$out" "$name" "${ranks[@]}" <<'PY'
 import json, sys
 out, name, ranks = sys.argv[1], sys.argv[2], sys.argv[3:]
-variants = ["plain", "sharded", "block", "sharded+block", "attention"]
+variants = ["plain", "sharded", "gradients", "full", "block", "sharded+block", "full+block"]
 MiB = 2 ** 20
 print(f"{'config':14s} {'ranks':>5s} {'variant':14s} {'peak RSS':>9s} {'predicted':>9s} {'error':>6s} "
       f"{'in 10%':>6s} {'tensors':>8s} {'predicted':>9s} {'error':>6s} {'tokens/s':>8s} {'vs plain':>8s}")

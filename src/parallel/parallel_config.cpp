@@ -58,6 +58,13 @@ void read_shard_keys(ConfigSection& s, ParallelConfig& c) {
       }
       c.shard_group = static_cast<int>(n);
     }
+    if (c.shard_group != 0) {
+      s.fail("shard_group",
+             str("is ", text,
+                 ": hybrid sharding (shard within groups, replicate across them) is planned by "
+                 "hpctrain plan but training does not run it yet; set parallel.shard_group: dp "
+                 "(the state divided over the whole data-parallel group)"));
+    }
   }
   if (s.has("reshard_after_forward")) {
     c.reshard_after_forward = s.get<bool>("reshard_after_forward", c.reshard_after_forward);

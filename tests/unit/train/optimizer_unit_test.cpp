@@ -67,7 +67,7 @@ TEST_P(OptimizerMatchesTorch, ThreeSteps) {
   OneParameter module;
   parallel::FlatParameters flat(module);
   const OptimizerConfig config = config_of(ref.name);
-  Optimizer optimizer(flat, config);
+  Optimizer optimizer({{flat.params(), flat.grads()}}, config, false);
   for (int k = 0; k < 3; ++k) {
     flat.grads().copy_(torch::tensor(kGrad) * static_cast<float>(k + 1));
     optimizer.step(config.lr);
@@ -95,7 +95,7 @@ TEST(Optimizer, AdamAndAdamwDifferOnlyThroughDecay) {
     parallel::FlatParameters flat(module);
     OptimizerConfig c = config_of(name);
     c.weight_decay = decay;
-    Optimizer optimizer(flat, c);
+    Optimizer optimizer({{flat.params(), flat.grads()}}, c, false);
     flat.grads().copy_(torch::tensor(kGrad));
     optimizer.step(c.lr);
     return flat.params().clone();
