@@ -72,8 +72,34 @@ void average_packed_pieces(torch::Tensor& packed,
   }
 }
 
+void average_over_replicas(const std::vector<torch::Tensor>& tensors,
+                           const std::shared_ptr<comm::Communicator>& replica) {
+  if (!replica || replica->size() == 1 || tensors.empty()) return;
+  torch::NoGradGuard no_grad;
+  if (tensors.size() == 1 && tensors[0].is_contiguous()) {
+    torch::Tensor t = tensors[0];
+    replica->all_reduce(t, comm::ReduceOp::kAvg);
+    return;
+  }
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : tensors) flat.push_back(t.reshape(-1));
+  torch::Tensor buffer = torch::cat(flat);
+  replica->all_reduce(buffer, comm::ReduceOp::kAvg);
+  std::int64_t offset = 0;
+  for (const auto& t : tensors) {
+    t.copy_(buffer.narrow(0, offset, t.numel()).view_as(t));
+    offset += t.numel();
+  }
+}
+
 std::unique_ptr<DataParallelStrategy> make_strategy(StrategyInputs inputs) {
-  if (inputs.config.shard == ShardMode::kFull) return make_fully_sharded_strategy(std::move(inputs));
+  if (!inputs.shard || inputs.config.shard == ShardMode::kNone) {
+    inputs.shard = inputs.dp;  // none replicates everything: no groups
+    inputs.replica = nullptr;
+    inputs.shard_control = inputs.dp_control;
+  }
+  if (inputs.config.shard == ShardMode::kFull)
+    return make_fully_sharded_strategy(std::move(inputs));
   return make_flat_strategy(std::move(inputs));
 }
 

@@ -97,7 +97,8 @@ class ShardedGradientReducer {
   void launch(std::size_t b) {
     torch::NoGradGuard no_grad;
     const auto& entries = flat_.entries();
-    torch::Tensor buffer = torch::zeros({buckets_.sizes[b]}, owned_grads_.options().dtype(reduce_dtype_));
+    torch::Tensor buffer =
+        torch::zeros({buckets_.sizes[b]}, owned_grads_.options().dtype(reduce_dtype_));
     for (int k = 0; k < buckets_.entry_counts[b]; ++k) {
       const auto& e = entries[first_entry_[b] + static_cast<std::size_t>(k)];
       torch::Tensor& grad = e.param.mutable_grad();
@@ -142,9 +143,10 @@ class FlatStrategy : public DataParallelStrategy {
  public:
   explicit FlatStrategy(StrategyInputs in)
       : mode_(in.config.shard),
-        dp_(in.dp),
+        dp_(in.shard),
+        replica_(in.replica),
         tp_(in.tp),
-        dp_control_(in.dp_control),
+        dp_control_(in.shard_control),
         set_parameter_wait_(in.set_parameter_wait),
         waits_(in.waits_for_parameters) {
     const bool sharded = mode_ != ShardMode::kNone;
@@ -154,8 +156,8 @@ class FlatStrategy : public DataParallelStrategy {
     for (const auto& [name, peer] : in.stage_copies) layout.own_bucket.push_back(name);
     layout.gradients = mode_ != ShardMode::kGradients;
     flat_ = std::make_unique<FlatParameters>(in.module, layout);
-    broadcast_parameters(*flat_, *dp_);
-    broadcast_buffers(in.module, *dp_);
+    broadcast_parameters(*flat_, *in.dp);  // the whole dp group (replicas too)
+    broadcast_buffers(in.module, *in.dp);
     const auto& entries = flat_->entries();
     std::vector<torch::Tensor> replicated;
     for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -185,13 +187,13 @@ class FlatStrategy : public DataParallelStrategy {
           replicated_pieces_.push_back(piece);
         }
       }
-      const auto reduce = in.config.reduce_dtype == ShardDtype::kBFloat16 ? torch::kBFloat16
-                                                                           : torch::kFloat;
-      reducer_ = std::make_unique<ShardedGradientReducer>(*flat_, buckets, dp_, in.overlap,
-                                                          reduce, owned_grads_);
+      const auto reduce =
+          in.config.reduce_dtype == ShardDtype::kBFloat16 ? torch::kBFloat16 : torch::kFloat;
+      reducer_ = std::make_unique<ShardedGradientReducer>(*flat_, buckets, dp_, in.overlap, reduce,
+                                                          owned_grads_);
     } else {
-      sync_ = std::make_unique<GradientSynchronizer>(*flat_, dp_, in.bucket_bytes, in.overlap,
-                                                     sharded);
+      sync_ =
+          std::make_unique<GradientSynchronizer>(*flat_, dp_, in.bucket_bytes, in.overlap, sharded);
       if (sharded) {
         shards_ = std::make_unique<DataParallelShards>(*flat_, sync_->bucket_offsets(),
                                                        sync_->bucket_sizes(), dp_);
@@ -229,9 +231,22 @@ class FlatStrategy : public DataParallelStrategy {
   }
 
   double finish_gradients() override {
-    if (finalizer_) return finalizer_->finalize();
+    const auto start = Clock::now();
+    if (finalizer_) {
+      const double waited = finalizer_->finalize();
+      if (replica_ && shards_) {  // hybrid: the owned chunks averaged across the shard groups
+        std::vector<torch::Tensor> owned;
+        for (const auto& r : shards_->owned()) {
+          if (r.numel > 0) owned.push_back(flat_->grads().narrow(0, r.offset, r.numel));
+        }
+        average_over_replicas(owned, replica_);
+        return waited + seconds_since(start);
+      }
+      return waited;
+    }
+    average_over_replicas({owned_grads_}, replica_);
     if (!replicated_pieces_.empty()) average_packed_pieces(owned_grads_, replicated_pieces_, *tp_);
-    return 0.0;
+    return seconds_since(start);
   }
 
   double grad_square_sum() override {
@@ -240,7 +255,8 @@ class FlatStrategy : public DataParallelStrategy {
     if (mode_ == ShardMode::kNone) {
       double sq = flat_->grad_square_sum(0, flat_->numel());
       const auto& entries = flat_->entries();
-      for (auto i : copy_entries_) sq -= flat_->grad_square_sum(entries[i].offset, entries[i].numel);
+      for (auto i : copy_entries_)
+        sq -= flat_->grad_square_sum(entries[i].offset, entries[i].numel);
       for (auto i : replicated_entries_) {
         sq -= (1.0 - 1.0 / tp) * flat_->grad_square_sum(entries[i].offset, entries[i].numel);
       }
@@ -347,7 +363,7 @@ class FlatStrategy : public DataParallelStrategy {
 
   StrategyTraffic traffic_per_step(int micro_batches) const override {
     StrategyTraffic t;
-    if (dp_->size() == 1) return t;
+    if (dp_->size() == 1 && !replica_) return t;
     const std::int64_t bytes = parameter_bytes();
     if (mode_ == ShardMode::kNone) {
       t.all_reduce_bytes = bytes;
@@ -358,6 +374,10 @@ class FlatStrategy : public DataParallelStrategy {
     t.reduce_scatter_bytes = bytes * reductions;
     t.all_gather_bytes = bytes;
     t.collectives = bucket_count_ * (reductions + 1);
+    if (replica_ && replica_->size() > 1) {  // the owned chunks across the shard groups
+      t.all_reduce_bytes = bytes / dp_->size();
+      t.collectives += 1;
+    }
     return t;
   }
 
@@ -370,7 +390,8 @@ class FlatStrategy : public DataParallelStrategy {
 
  private:
   ShardMode mode_;
-  std::shared_ptr<comm::Communicator> dp_;
+  std::shared_ptr<comm::Communicator> dp_;       // the shard group (the dp group unless hybrid)
+  std::shared_ptr<comm::Communicator> replica_;  // across shard groups (hybrid only)
   std::shared_ptr<comm::Communicator> tp_;
   std::shared_ptr<comm::ControlPlane> dp_control_;
   std::function<void(std::function<void(const torch::Tensor&)>)> set_parameter_wait_;

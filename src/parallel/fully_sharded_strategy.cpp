@@ -74,15 +74,16 @@ struct UnitBackwardGather : torch::autograd::Function<UnitBackwardGather> {
 class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHooks {
  public:
   explicit FullyShardedStrategy(StrategyInputs in)
-      : dp_(in.dp),
+      : dp_(in.shard),
+        replica_(in.replica),
         tp_(in.tp),
-        dp_control_(in.dp_control),
+        dp_control_(in.shard_control),
         set_unit_hooks_(in.set_unit_hooks),
         reshard_(in.config.reshard_after_forward),
         unit_dtype_(in.config.param_dtype == ShardDtype::kBFloat16 ? torch::kBFloat16
-                                                                    : torch::kFloat),
+                                                                   : torch::kFloat),
         reduce_dtype_(in.config.reduce_dtype == ShardDtype::kBFloat16 ? torch::kBFloat16
-                                                                       : torch::kFloat) {
+                                                                      : torch::kFloat) {
     if (!in.stage_copies.empty()) {
       throw ConfigError(
           "parallel.shard: full does not run with pipeline stages (parallel.pp > 1): use "
@@ -122,7 +123,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
       root_ = static_cast<int>(units_.size());
       units_.push_back(std::move(root));
     }
-    if (in.units.empty() && dp_->rank() == 0) {
+    if (in.units.empty() && in.dp->rank() == 0) {
       log::warn(str("model ", in.model_name,
                     " names no units (model::Model::parameter_units): parallel.shard: full "
                     "gathers the whole model for forward and backward, which is correct but saves "
@@ -163,18 +164,18 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     owned_params_ = torch::empty({packed_at}, options.dtype(torch::kFloat));
     owned_grads_ = torch::zeros({packed_at}, options.dtype(torch::kFloat));
     for (auto& x : units_) {
-      if (size > 1) dp_->broadcast(x.gathered, 0);  // every rank starts from dp rank 0's
+      if (in.dp->size() > 1) in.dp->broadcast(x.gathered, 0);  // all start from dp rank 0's
       owned_params_.narrow(0, x.packed_offset, x.chunk)
           .copy_(x.gathered.narrow(0, rank * x.chunk, x.chunk));
       owned_ranges_.emplace_back(x.layout_offset + rank * x.chunk, x.chunk);
     }
     layout_numel_ = layout_at;
     pinned_ = true;  // gathered until the first training forward (a load may write them)
-    broadcast_buffers(in.module, *dp_);
+    broadcast_buffers(in.module, *in.dp);
     for (const auto& e : entries_) {
       layout_.push_back({e.name, e.param, units_[e.unit].layout_offset + e.offset, e.numel});
-      if (tp_->size() > 1 && std::find(in.tp_replicated.begin(), in.tp_replicated.end(),
-                                       e.name) != in.tp_replicated.end()) {
+      if (tp_->size() > 1 && std::find(in.tp_replicated.begin(), in.tp_replicated.end(), e.name) !=
+                                 in.tp_replicated.end()) {
         for (auto piece : packed_overlap(owned_ranges_, layout_.back().offset, e.numel)) {
           replicated_pieces_.push_back(piece);
         }
@@ -263,8 +264,11 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
 
   double finish_gradients() override {
     if (root_ >= 0) free_unit(static_cast<std::size_t>(root_));
+    const auto start = Clock::now();
+    average_over_replicas({owned_grads_}, replica_);  // hybrid: across the shard groups
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (!replicated_pieces_.empty()) average_packed_pieces(owned_grads_, replicated_pieces_, *tp_);
-    return 0.0;
+    return waited;
   }
 
   double grad_square_sum() override {
@@ -309,7 +313,16 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
 
   // --- checkpoints ------------------------------------------------------------------------------
   const std::vector<LayoutEntry>& layout() const override { return layout_; }
-  bool snapshot_parameters() const override { return true; }
+  torch::Tensor master_parameters() override { return gather_state(owned_params_); }
+  torch::Tensor parameter_load_target() override {
+    return torch::zeros({layout_numel_}, owned_params_.options());
+  }
+  void restore_parameters(const torch::Tensor& loaded) override {
+    restore_state(loaded, owned_params_);
+    // Gathered copies are stale now: the next reader gathers again.
+    pinned_ = false;
+    for (std::size_t u = 0; u < units_.size(); ++u) free_unit(u);
+  }
 
   torch::Tensor gather_state(const torch::Tensor& packed) override {
     torch::NoGradGuard no_grad;
@@ -350,7 +363,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
 
   StrategyTraffic traffic_per_step(int micro_batches) const override {
     StrategyTraffic t;
-    if (dp_->size() == 1) return t;
+    if (dp_->size() == 1 && !replica_) return t;
     const std::int64_t reduce_element = reduce_dtype_ == torch::kBFloat16 ? 2 : 4;
     for (std::size_t u = 0; u < units_.size(); ++u) {
       const Unit& x = units_[u];
@@ -362,6 +375,10 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
       t.all_gather_bytes += gathers * x.numel * element;
       t.reduce_scatter_bytes += micro_batches * x.numel * reduce_element;
       t.collectives += gathers + micro_batches;
+    }
+    if (replica_ && replica_->size() > 1) {  // the owned chunks across the shard groups
+      t.all_reduce_bytes = owned_grads_.numel() * 4;
+      t.collectives += 1;
     }
     return t;
   }
@@ -467,7 +484,8 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     torch::NoGradGuard no_grad;
     Unit& x = units_[u];
     attach_grads(x);  // a unit backward did not reach: zeros (and any gradient it got)
-    torch::Tensor buffer = x.grad.scalar_type() == reduce_dtype_ ? x.grad : x.grad.to(reduce_dtype_);
+    torch::Tensor buffer =
+        x.grad.scalar_type() == reduce_dtype_ ? x.grad : x.grad.to(reduce_dtype_);
     comm::WorkHandle work;
     if (dp_->size() > 1) work = dp_->reduce_scatter_in_place_async(buffer, comm::ReduceOp::kAvg);
     in_flight_.push_back({u, buffer, std::move(work)});
@@ -489,9 +507,10 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
         .add_(f.buffer.narrow(0, dp_->rank() * x.chunk, x.chunk));
   }
 
-  std::shared_ptr<comm::Communicator> dp_;
+  std::shared_ptr<comm::Communicator> dp_;       // the shard group (the dp group unless hybrid)
+  std::shared_ptr<comm::Communicator> replica_;  // across shard groups (hybrid only)
   std::shared_ptr<comm::Communicator> tp_;
-  std::shared_ptr<comm::ControlPlane> dp_control_;
+  std::shared_ptr<comm::ControlPlane> dp_control_;  // over the shard group
   std::function<void(ParameterUnitHooks*)> set_unit_hooks_;
   bool reshard_ = true;
   c10::ScalarType unit_dtype_;
@@ -504,7 +523,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
   std::int64_t layout_numel_ = 0;
   torch::Tensor owned_params_;  // float32 master chunks, unit after unit
   torch::Tensor owned_grads_;
-  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_;      // layout {offset, numel}
+  std::vector<std::pair<std::int64_t, std::int64_t>> owned_ranges_;       // layout {offset, numel}
   std::vector<std::pair<std::int64_t, std::int64_t>> replicated_pieces_;  // packed
   bool pinned_ = false;
   int next_reduce_ = -1;

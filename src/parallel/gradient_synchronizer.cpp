@@ -37,7 +37,8 @@ GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
   bucket_offset_ = buckets.offsets;
   bucket_param_count_ = buckets.entry_counts;
   for (std::size_t b = 0; b < buckets.entry_counts.size(); ++b) {
-    for (int k = 0; k < buckets.entry_counts[b]; ++k) bucket_of_entry_.push_back(static_cast<int>(b));
+    for (int k = 0; k < buckets.entry_counts[b]; ++k)
+      bucket_of_entry_.push_back(static_cast<int>(b));
   }
   for (std::size_t b = 0; b < bucket_offset_.size(); ++b) {
     bucket_numel_.push_back(buckets.sizes[b]);

@@ -1,12 +1,12 @@
 #include "hpctrain/parallel/parallel_config.hpp"
 
-#include "hpctrain/runtime/config.hpp"
-#include "hpctrain/runtime/strings.hpp"
-
 #include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::parallel {
 
@@ -58,19 +58,12 @@ void read_shard_keys(ConfigSection& s, ParallelConfig& c) {
       }
       c.shard_group = static_cast<int>(n);
     }
-    if (c.shard_group != 0) {
-      s.fail("shard_group",
-             str("is ", text,
-                 ": hybrid sharding (shard within groups, replicate across them) is planned by "
-                 "hpctrain plan but training does not run it yet; set parallel.shard_group: dp "
-                 "(the state divided over the whole data-parallel group)"));
-    }
   }
   if (s.has("reshard_after_forward")) {
     c.reshard_after_forward = s.get<bool>("reshard_after_forward", c.reshard_after_forward);
   }
-  const std::vector<std::pair<std::string, ShardDtype>> dtypes{
-      {"float32", ShardDtype::kFloat32}, {"bfloat16", ShardDtype::kBFloat16}};
+  const std::vector<std::pair<std::string, ShardDtype>> dtypes{{"float32", ShardDtype::kFloat32},
+                                                               {"bfloat16", ShardDtype::kBFloat16}};
   if (s.has("param_dtype")) c.param_dtype = s.get_choice("param_dtype", c.param_dtype, dtypes);
   if (s.has("reduce_dtype")) c.reduce_dtype = s.get_choice("reduce_dtype", c.reduce_dtype, dtypes);
   if (c.param_dtype != ShardDtype::kFloat32 && c.shard != ShardMode::kFull) {

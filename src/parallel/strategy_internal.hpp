@@ -42,4 +42,9 @@ void average_packed_pieces(torch::Tensor& packed,
                            const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
                            comm::Communicator& tp);
 
+/// Averages `tensors` over `replica` (the replica groups of hybrid sharding; nothing when null)
+/// with one collective. Collective over `replica`.
+void average_over_replicas(const std::vector<torch::Tensor>& tensors,
+                           const std::shared_ptr<comm::Communicator>& replica);
+
 }  // namespace hpctrain::parallel

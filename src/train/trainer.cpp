@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -117,9 +118,18 @@ const TrainConfig& Trainer::config() const {
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::local_parameters() const {
   impl_->dp->parameters_ready();
+  // Full sharding keeps the float32 masters in owned chunks: gathered, in the model's order.
+  const torch::Tensor master = impl_->dp->master_parameters();
+  std::map<std::string, torch::Tensor> gathered;
+  if (master.defined()) {
+    for (const auto& e : impl_->dp->layout()) {
+      gathered[e.name] = master.narrow(0, e.offset, e.numel).view(e.param.sizes());
+    }
+  }
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : impl_->model->named_parameters(true)) {
-    out.emplace_back(item.key(), item.value().detach().cpu());
+    out.emplace_back(
+        item.key(), master.defined() ? gathered.at(item.key()).cpu() : item.value().detach().cpu());
   }
   return out;
 }
@@ -138,8 +148,8 @@ TrainOutcome Trainer::run() {
   m.monitor = std::make_unique<runtime::ResourceMonitor>(m.env.device.cuda_index);
   m.debug.hold_memory();
   m.monitor->sample();
-  StepObservers observers(cfg, m.dp->trace_slices_per_step(m.cfg.optim.grad_accumulation), m.env.grid.tp_size(),
-                          *m.env.control.world, m.env.runtime.world_rank());
+  StepObservers observers(cfg, m.dp->trace_slices_per_step(m.cfg.optim.grad_accumulation),
+                          m.env.grid.tp_size(), *m.env.control.world, m.env.runtime.world_rank());
   const std::int64_t first_step = m.state.step;
   m.debug.fail_at(0);
   model::defer_metric_reads_on_cpu(m.debug.stage_inputs());

@@ -8,6 +8,7 @@
 #include "hpctrain/checkpoint/manifest.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/group_communicators.hpp"
 #include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/reader_memory.hpp"
@@ -194,6 +195,14 @@ void TrainerBuilder::build_step(TrainerParts& p) {
   inputs.dp = p.env.comms.dp;
   inputs.tp = p.env.comms.tp;
   inputs.dp_control = p.env.control.dp;
+  if (shard != parallel::ShardMode::kNone) {
+    const comm::ShardGroups groups =
+        comm::make_shard_groups(p.env.runtime, grid.dp_comm(), p.env.comms, p.env.control.dp,
+                                p.env.device, cfg.parallel.shard_group);
+    inputs.shard = groups.shard;
+    inputs.replica = groups.replica;
+    inputs.shard_control = groups.shard_control;
+  }
   for (const auto& copy : copies) {
     inputs.stage_copies.emplace_back(copy.name, plan::stage_rank(copy.other_stage, grid.pp_size()));
     if (!copy.primary) inputs.secondary_copies.push_back(copy.name);
@@ -213,13 +222,12 @@ void TrainerBuilder::build_step(TrainerParts& p) {
     }
     p.parameters = p.env.control.pp->reduce(p.parameters, comm::ReduceOp::kSum);
   }
-  p.optimizer = std::make_unique<Optimizer>(p.dp->segments(), cfg.optim,
-                                            shard != parallel::ShardMode::kNone);
+  p.optimizer =
+      std::make_unique<Optimizer>(p.dp->segments(), cfg.optim, shard != parallel::ShardMode::kNone);
   p.scaler = std::make_unique<LossScaler>(cfg.optim.loss_scale, cfg.loss_scaling);
   p.steps = std::make_unique<StepRunner>(StepRunner::Parts{
       *p.model, *p.dp, *p.optimizer, *p.scaler, p.env, cfg, p.debug, p.device,
-      [&p]() { return p.checkpoints ? p.checkpoints->wait_for_copy() : 0.0; },
-      p.pipeline.get()});
+      [&p]() { return p.checkpoints ? p.checkpoints->wait_for_copy() : 0.0; }, p.pipeline.get()});
 }
 
 std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerParts& p) {

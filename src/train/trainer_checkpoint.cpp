@@ -20,10 +20,14 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
                                                     bool snapshot_buffers,
                                                     ShardedState* load_targets) {
   std::vector<checkpoint::TensorRecord> records;
-  // Parameters a later step frees (full sharding) are copied for a save.
-  const bool copy_params = load_targets == nullptr && dp.snapshot_parameters();
+  // Under full sharding the parameters are the owned float32 chunks: gathered for a save (a new
+  // tensor the deferred copy may read), or loaded into a layout tensor and taken apart.
+  torch::Tensor master = load_targets ? dp.parameter_load_target() : dp.master_parameters();
+  if (load_targets) load_targets->parameters = master;
   for (const auto& e : dp.layout()) {
-    records.push_back({"model/" + e.name, copy_params ? e.param.detach().clone() : e.param.detach(),
+    records.push_back({"model/" + e.name,
+                       master.defined() ? master.narrow(0, e.offset, e.numel).view(e.param.sizes())
+                                        : e.param.detach(),
                        model.shard_info(e.name)});
   }
   // Buffers (BatchNorm statistics of user models; the built-in models have none) are model state
@@ -40,7 +44,7 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
     torch::Tensor layout;
     if (load_targets) {
       layout = dp.state_load_target(buffer);
-      load_targets->emplace_back(buffer, layout);
+      load_targets->state.emplace_back(buffer, layout);
     } else {
       // Sharded, a snapshot (not a live view): the deferred copy may read it while the step
       // updates.
@@ -70,9 +74,10 @@ void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const mod
 }
 
 void restore_sharded_state(ShardedState& targets, parallel::DataParallelStrategy& dp) {
-  for (auto& [packed, full] : targets) dp.restore_state(full, packed);
-  targets.clear();
-  dp.parameters_written();
+  for (auto& [packed, full] : targets.state) dp.restore_state(full, packed);
+  targets.state.clear();
+  if (targets.parameters.defined()) dp.restore_parameters(targets.parameters);
+  targets.parameters = torch::Tensor();
 }
 
 namespace {

@@ -23,9 +23,13 @@ namespace hpctrain::train {
 
 class Optimizer;
 
-/// The packed optimizer state of a sharded run and the logical (layout) tensors a load writes
-/// into, pairwise: restore_sharded_state copies each rank's part back.
-using ShardedState = std::vector<std::pair<torch::Tensor, torch::Tensor>>;
+/// What a load writes that is not the live state: the packed optimizer state of a sharded run
+/// and the logical (layout) tensors a load writes into, pairwise, and the parameters' layout
+/// tensor under full sharding: restore_sharded_state copies each rank's part back.
+struct ShardedState {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> state;
+  torch::Tensor parameters;
+};
 
 /// The training state as checkpoint records: "model/<name>" for every parameter and
 /// "optimizer/<state>/<name>" for every optimizer buffer, as live views (save copies them with

@@ -93,7 +93,7 @@ class StepRunner {
                                    double local_loss);
 
   Parts p_;
-  comm::DeviceTimer timer_;                // phase times without per-phase synchronize
+  comm::DeviceTimer timer_;  // phase times without per-phase synchronize
 };
 
 /// Sums over the steps between two log lines.

@@ -77,6 +77,12 @@ struct StrategyInputs {
   std::int64_t bucket_bytes = 0;
   bool overlap = true;
   std::shared_ptr<comm::Communicator> dp;  ///< the data-parallel group
+  /// Hybrid sharding (parallel.shard_group): the group the state is divided over (the dp group
+  /// unless hybrid), the group across shard groups (null unless hybrid) and host sums over the
+  /// shard group. Null `shard`: the dp group.
+  std::shared_ptr<comm::Communicator> shard;
+  std::shared_ptr<comm::Communicator> replica;
+  std::shared_ptr<comm::ControlPlane> shard_control;
   std::shared_ptr<comm::Communicator> tp;  ///< the tensor-parallel group
   std::shared_ptr<comm::ControlPlane> dp_control;
   /// Parameters two pipeline stages hold (model::StageCopy), paired with the pp rank holding
@@ -137,9 +143,15 @@ class DataParallelStrategy {
   // --- checkpoints: logical tensors -------------------------------------------------------------
   /// Every parameter in the layout the optimizer state is saved from, in save order. Local.
   virtual const std::vector<LayoutEntry>& layout() const = 0;
-  /// Whether a save must copy the parameters now (they are freed before the deferred copy
-  /// could read them: `full`). Local.
-  virtual bool snapshot_parameters() const { return false; }
+  /// The parameters as one float32 tensor in the layout, where the model's own are not the
+  /// master copy (`full`: the owned chunks gathered, a new tensor a save may keep); undefined
+  /// where they are (read the model's parameters). Collective over the dp group for `full`.
+  virtual torch::Tensor master_parameters() { return {}; }
+  /// The layout tensor a checkpoint load writes the parameters into (`full`: new zeros), or
+  /// undefined where the load writes into the model's parameters. Local.
+  virtual torch::Tensor parameter_load_target() { return {}; }
+  /// Takes this rank's part of the loaded parameter_load_target() into its storage. Local.
+  virtual void restore_parameters(const torch::Tensor& loaded) { (void)loaded; }
   /// Optimizer state `packed` (laid out like the concatenated segments()) as a tensor in the
   /// layout: `packed` itself when the segments cover the layout, else every rank's chunks
   /// gathered into a new tensor. Collective over the dp group when sharded; local otherwise.

@@ -182,15 +182,15 @@ class ShardedOptimizer : public ::testing::TestWithParam<std::tuple<Case, const 
 TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
   const Case c = std::get<0>(GetParam());
   const std::string mode = std::get<1>(GetParam());
-  TrainResult plain =
-      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain-", mode)), c.settings, c.model));
+  TrainResult plain = train_on(
+      MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-plain-", mode)), c.settings, c.model));
   TrainResult sharded =
       train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-", mode)),
                                            str(c.settings, " parallel.shard=", mode), c.model));
   EXPECT_EQ(plain.losses.size(), 8u);
   // Reduced per micro-batch, then added: another order than adding, then reducing.
-  const bool per_micro_batch = mode != "optimizer" && std::string(c.settings).find(
-                                                          "grad_accumulation") != std::string::npos;
+  const bool per_micro_batch =
+      mode != "optimizer" && std::string(c.settings).find("grad_accumulation") != std::string::npos;
   expect_same(sharded, plain, per_micro_batch ? std::max(c.tol, 1e-6) : c.tol,
               str(c.name, " ", mode));
   // Every dp rank ends with the same parameters (the all-gather), bitwise.
@@ -203,38 +203,113 @@ TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
 
 INSTANTIATE_TEST_SUITE_P(
     Train, ShardedOptimizer,
-    ::testing::Combine(::testing::Values(
-        Case{"adam_one_bucket", "", 0},
-        Case{"adamw_bucket_per_param", "optim.name=adamw parallel.bucket_mb=0", 0},
-        Case{"sgd_momentum_small_buckets_no_overlap",
-             "optim.name=sgd optim.momentum=0.9 parallel.bucket_mb=0.001 parallel.overlap=false",
-             0},
-        Case{"adam_accumulate3", "optim.grad_accumulation=3 parallel.bucket_mb=0", 0},
-        // Clipping reads the global norm, whose partial sums are added in another order.
-        Case{"adam_clipped", "optim.grad_clip=0.05 parallel.bucket_mb=0", 1e-6},
-        Case{"cnn_adam", "parallel.bucket_mb=0.0001", 0, kCnn},
-        Case{"cnn_adamw_accumulate2", "optim.name=adamw optim.grad_accumulation=2", 0, kCnn},
-        // The gpt at its configs' learning rate: the biases of k get gradients that are zero
-        // but for rounding (softmax ignores a shift), which Adam scales up to lr-sized steps,
-        // so at dp > 2 (another reduction order) their difference grows with lr.
-        Case{"gpt_adamw", "optim.name=adamw optim.lr=0.0006 parallel.bucket_mb=0.001", 0, kGpt},
-        Case{"gpt_adamw_clipped_accumulate2",
-             "optim.name=adamw optim.lr=0.0006 optim.grad_clip=0.05 optim.grad_accumulation=2",
-             1e-6, kGpt},
-        // CPU autocast to bfloat16: float32 weights, gradients and optimizer state as unsharded.
-        Case{"mlp_bf16", "run.precision=bf16 parallel.bucket_mb=0", 0},
-        Case{"cnn_bf16", "run.precision=bf16", 0, kCnn},
-        Case{"gpt_bf16", "run.precision=bf16 optim.lr=0.0006 parallel.bucket_mb=0", 0, kGpt},
-        // Dynamic loss scaling on float32 (the fp16 path on CPU; power-of-two scales are exact).
-        Case{"mlp_loss_scale", "optim.loss_scale=dynamic optim.loss_scale_window=3", 0},
-        Case{"gpt_loss_scale_accumulate2",
-             "optim.loss_scale=dynamic optim.loss_scale_window=3 optim.grad_accumulation=2 "
-             "optim.lr=0.0006",
-             0, kGpt}),
-                       ::testing::ValuesIn(kModes)),
+    ::testing::Combine(
+        ::testing::Values(
+            Case{"adam_one_bucket", "", 0},
+            Case{"adamw_bucket_per_param", "optim.name=adamw parallel.bucket_mb=0", 0},
+            Case{
+                "sgd_momentum_small_buckets_no_overlap",
+                "optim.name=sgd optim.momentum=0.9 parallel.bucket_mb=0.001 parallel.overlap=false",
+                0},
+            Case{"adam_accumulate3", "optim.grad_accumulation=3 parallel.bucket_mb=0", 0},
+            // Clipping reads the global norm, whose partial sums are added in another order.
+            Case{"adam_clipped", "optim.grad_clip=0.05 parallel.bucket_mb=0", 1e-6},
+            Case{"cnn_adam", "parallel.bucket_mb=0.0001", 0, kCnn},
+            Case{"cnn_adamw_accumulate2", "optim.name=adamw optim.grad_accumulation=2", 0, kCnn},
+            // The gpt at its configs' learning rate: the biases of k get gradients that are zero
+            // but for rounding (softmax ignores a shift), which Adam scales up to lr-sized steps,
+            // so at dp > 2 (another reduction order) their difference grows with lr.
+            Case{"gpt_adamw", "optim.name=adamw optim.lr=0.0006 parallel.bucket_mb=0.001", 0, kGpt},
+            Case{"gpt_adamw_clipped_accumulate2",
+                 "optim.name=adamw optim.lr=0.0006 optim.grad_clip=0.05 optim.grad_accumulation=2",
+                 1e-6, kGpt},
+            // CPU autocast to bfloat16: float32 weights, gradients and optimizer state as
+            // unsharded.
+            Case{"mlp_bf16", "run.precision=bf16 parallel.bucket_mb=0", 0},
+            Case{"cnn_bf16", "run.precision=bf16", 0, kCnn},
+            Case{"gpt_bf16", "run.precision=bf16 optim.lr=0.0006 parallel.bucket_mb=0", 0, kGpt},
+            // Dynamic loss scaling on float32 (the fp16 path on CPU; power-of-two scales are
+            // exact).
+            Case{"mlp_loss_scale", "optim.loss_scale=dynamic optim.loss_scale_window=3", 0},
+            Case{"gpt_loss_scale_accumulate2",
+                 "optim.loss_scale=dynamic optim.loss_scale_window=3 optim.grad_accumulation=2 "
+                 "optim.lr=0.0006",
+                 0, kGpt}),
+        ::testing::ValuesIn(kModes)),
     [](const auto& info) {
       return str(std::get<0>(info.param).name, "_", std::get<1>(info.param));
     });
+
+// Full sharding's own settings against none, and hybrid sharding (parallel.shard_group: half the
+// ranks, two replica groups) in every sharded mode: the gradients are averaged in two levels
+// (within a shard group, then across), another order than one all-reduce (1e-6).
+struct OptionCase {
+  const char* name;
+  const char* settings;  // the sharded run's own
+  double tol;            // 0: bitwise at dp <= 2; else on parameters and losses
+  const char* model = kGpt;
+  bool hybrid = false;    // needs an even number of ranks (registered at np2 and np4)
+  const char* both = "";  // settings of both runs
+};
+
+class ShardingOptions : public ::testing::TestWithParam<OptionCase> {};
+
+TEST_P(ShardingOptions, MatchesUnsharded) {
+  const OptionCase c = GetParam();
+  const int world = rt().world_size();
+  std::string settings = c.settings;
+  if (c.hybrid) {
+    if (world % 2 != 0) GTEST_SKIP() << "hybrid sharding needs an even number of ranks";
+    settings += str(" parallel.shard_group=", world / 2);
+  }
+  const std::string common =
+      str("optim.name=adamw optim.lr=0.0006 parallel.bucket_mb=0.001 ", c.both);
+  TrainResult plain =
+      train_on(MPI_COMM_WORLD, make_config(run_dir(str(c.name, "-none")), common, c.model));
+  TrainResult sharded =
+      train_on(MPI_COMM_WORLD, make_config(run_dir(c.name), common + " " + settings, c.model));
+  expect_same(sharded, plain, c.tol, c.name);
+  if (c.tol >= 1e-4) {  // bfloat16: the runs differ (it is engaged), within the tolerance
+    double loss_gap = 0;
+    for (std::size_t s = 0; s < plain.losses.size(); ++s) {
+      loss_gap = std::max(loss_gap, std::abs(plain.losses[s] - sharded.losses[s]));
+    }
+    EXPECT_GT(loss_gap, 0) << c.name << ": bfloat16 left every loss bitwise as float32";
+    if (rt().world_rank() == 0) {
+      std::printf("%s: largest loss difference from float32 over %zu steps: %.3g\n", c.name,
+                  plain.losses.size(), loss_gap);
+    }
+  }
+  for (auto& [name, tensor] : sharded.params) {  // every replica and shard group agrees
+    auto copy = tensor.clone();
+    MPI_Bcast(copy.data_ptr(), static_cast<int>(copy.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_TRUE(torch::equal(copy, tensor)) << c.name << ": " << name << " differs from rank 0's";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Train, ShardingOptions,
+    ::testing::Values(
+        OptionCase{"full_kept_after_forward",
+                   "parallel.shard=full parallel.reshard_after_forward=false", 0},
+        OptionCase{"full_recompute", "parallel.shard=full model.recompute=block", 0},
+        OptionCase{"full_mlp_kept", "parallel.shard=full parallel.reshard_after_forward=false", 0,
+                   kMlp},
+        // bfloat16 gathered copies (the units compute in bfloat16) and bfloat16 reduce-scatters:
+        // within 2e-3 (the pipeline tests' bfloat16 tolerance) over 8 steps; bfloat16 compute
+        // within 5e-3 (Adam's steps are lr-sized whatever the gradient's rounding).
+        OptionCase{"full_param_bf16", "parallel.shard=full parallel.param_dtype=bfloat16", 5e-3},
+        OptionCase{"full_reduce_bf16", "parallel.shard=full parallel.reduce_dtype=bfloat16", 2e-3},
+        OptionCase{"gradients_reduce_bf16",
+                   "parallel.shard=gradients parallel.reduce_dtype=bfloat16", 2e-3},
+        OptionCase{"hybrid_optimizer", "parallel.shard=optimizer", 1e-6, kGpt, true},
+        OptionCase{"hybrid_gradients", "parallel.shard=gradients", 1e-6, kGpt, true,
+                   "optim.grad_accumulation=2"},
+        OptionCase{"hybrid_full", "parallel.shard=full", 1e-6, kGpt, true},
+        OptionCase{"hybrid_full_mlp", "parallel.shard=full", 1e-6, kMlp, true},
+        OptionCase{"hybrid_optimizer_accumulate2", "parallel.shard=optimizer", 1e-6, kGpt, true,
+                   "optim.grad_accumulation=2"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 // An overflow injected after the gradient reduction on the last rank only: with the state sharded
 // every rank must skip the step (the non-finite check is agreed on the control plane, not read
@@ -246,31 +321,30 @@ TEST(ShardedLossScale, OverflowOnOneRankSkipsTheStepOnEveryRank) {
       str(scaled, "debug.overflow_step=4 debug.overflow_rank=", rt().world_size() - 1);
   TrainResult plain = train_on(MPI_COMM_WORLD, make_config(run_dir("ls-plain"), settings));
   for (const std::string mode : kModes) {
-  TrainResult clean = train_on(
-      MPI_COMM_WORLD, make_config(run_dir("ls-clean-" + mode), scaled + "parallel.shard=" + mode));
-  TrainResult sharded =
-      train_on(MPI_COMM_WORLD,
-               make_config(run_dir("ls-" + mode), settings + " parallel.shard=" + mode));
-  ASSERT_EQ(sharded.skipped.size(), 8u);
-  // Step index 4 is logged as step 5: one skip there and none elsewhere (every step is logged).
-  const std::vector<std::int64_t> want{0, 0, 0, 0, 1, 0, 0, 0};
-  EXPECT_EQ(plain.skipped, want);
-  EXPECT_EQ(sharded.skipped, want);
-  for (const auto& [name, tensor] : plain.params) {
-    EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>()) << name << " (unsharded)";
-  }
-  expect_same(sharded, plain, 0, "sharded with an overflow on the last rank");
-  for (auto& [name, tensor] : sharded.params) {
-    auto copy = tensor.clone();
-    MPI_Bcast(copy.data_ptr(), static_cast<int>(copy.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
-    EXPECT_TRUE(torch::equal(copy, tensor)) << name << " differs from rank 0's replica";
-  }
-  // The skip changed the run: the parameters are not those of the run without the overflow.
-  bool any_differs = false;
-  for (std::size_t i = 0; i < clean.params.size(); ++i) {
-    any_differs = any_differs || !torch::equal(clean.params[i].second, sharded.params[i].second);
-  }
-  EXPECT_TRUE(any_differs) << "the overflowed step was not skipped (" << mode << ")";
+    TrainResult clean = train_on(MPI_COMM_WORLD, make_config(run_dir("ls-clean-" + mode),
+                                                             scaled + "parallel.shard=" + mode));
+    TrainResult sharded = train_on(
+        MPI_COMM_WORLD, make_config(run_dir("ls-" + mode), settings + " parallel.shard=" + mode));
+    ASSERT_EQ(sharded.skipped.size(), 8u);
+    // Step index 4 is logged as step 5: one skip there and none elsewhere (every step is logged).
+    const std::vector<std::int64_t> want{0, 0, 0, 0, 1, 0, 0, 0};
+    EXPECT_EQ(plain.skipped, want);
+    EXPECT_EQ(sharded.skipped, want);
+    for (const auto& [name, tensor] : plain.params) {
+      EXPECT_TRUE(torch::isfinite(tensor).all().item<bool>()) << name << " (unsharded)";
+    }
+    expect_same(sharded, plain, 0, "sharded with an overflow on the last rank");
+    for (auto& [name, tensor] : sharded.params) {
+      auto copy = tensor.clone();
+      MPI_Bcast(copy.data_ptr(), static_cast<int>(copy.numel()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+      EXPECT_TRUE(torch::equal(copy, tensor)) << name << " differs from rank 0's replica";
+    }
+    // The skip changed the run: the parameters are not those of the run without the overflow.
+    bool any_differs = false;
+    for (std::size_t i = 0; i < clean.params.size(); ++i) {
+      any_differs = any_differs || !torch::equal(clean.params[i].second, sharded.params[i].second);
+    }
+    EXPECT_TRUE(any_differs) << "the overflowed step was not skipped (" << mode << ")";
   }
 }
 
@@ -282,8 +356,9 @@ TEST(ShardedCheckpoint, StopWhileShardedResumesExactlyInAnyMode) {
       {"full", "full"},           {"full", "none"},      {"full", "gradients"}};
   for (const auto& [saved, resumed_as] : pairs) {
     const std::string dir = run_dir(str("ckpt-", saved, "-", resumed_as));
-    TrainResult stopped = train_on(
-        MPI_COMM_WORLD, make_config(dir, settings + " parallel.shard=" + saved + " debug.stop_step=3"));
+    TrainResult stopped =
+        train_on(MPI_COMM_WORLD,
+                 make_config(dir, settings + " parallel.shard=" + saved + " debug.stop_step=3"));
     EXPECT_EQ(stopped.outcome.steps, 3);
     EXPECT_NE(stopped.outcome.exit_code, 0);
     TrainResult resumed = train_on(
@@ -306,7 +381,8 @@ TEST(ShardedCheckpoint, FullAtFourResumesInOtherModesAndSizes) {
                                                        "debug.stop_step=3"));
   TrainResult reference =
       train_on(MPI_COMM_WORLD, make_config(run_dir("x-full"), settings + " data.batch_size=3"));
-  const std::vector<std::pair<int, std::string>> layouts{{1, "none"}, {2, "optimizer"}, {3, "full"}};
+  const std::vector<std::pair<int, std::string>> layouts{
+      {1, "none"}, {2, "optimizer"}, {3, "full"}};
   for (const auto& [ranks, mode] : layouts) {
     MPI_Comm sub;
     const bool in = rt().world_rank() < ranks;
@@ -320,15 +396,16 @@ TEST(ShardedCheckpoint, FullAtFourResumesInOtherModesAndSizes) {
     if (in) {
       TrainResult resumed = train_on(
           sub,
-          make_config(mine, settings + str(" data.batch_size=", 12 / ranks, " parallel.shard=", mode)),
+          make_config(mine,
+                      settings + str(" data.batch_size=", 12 / ranks, " parallel.shard=", mode)),
           "auto");
       EXPECT_EQ(resumed.outcome.steps, 8);
       for (std::size_t i = 0; i < reference.params.size(); ++i) {
         EXPECT_LE(
             (resumed.params[i].second - reference.params[i].second).abs().max().item<double>(),
             1e-5)
-            << reference.params[i].first << " (saved full at dp=4, resumed " << mode << " at dp="
-            << ranks << ")";
+            << reference.params[i].first << " (saved full at dp=4, resumed " << mode
+            << " at dp=" << ranks << ")";
       }
       MPI_Comm_free(&sub);
     }
@@ -344,8 +421,7 @@ TEST(ShardedCheckpoint, ResumesAtAnotherDataParallelSize) {
   const int world = rt().world_size();
   const std::string settings = "parallel.bucket_mb=0";
   const std::string dir = run_dir("dp-part");
-  train_on(MPI_COMM_WORLD,
-           make_config(dir, settings + " parallel.shard=full debug.stop_step=3"));
+  train_on(MPI_COMM_WORLD, make_config(dir, settings + " parallel.shard=full debug.stop_step=3"));
   TrainResult reference = train_on(MPI_COMM_WORLD, make_config(run_dir("dp-full"), settings));
   const std::string single = str(" data.batch_size=", 4 * world);
   for (bool sharded : {false, true}) {
