@@ -149,7 +149,7 @@ struct Case {
   const Shape* shape;
   int tp;
   int accumulation;
-  bool shard_optimizer = false;  // the distributed run only; the reference is unsharded
+  const char* shard = "none";  // parallel.shard of the distributed run; the reference is unsharded
   const char* recompute = "none";
 };
 
@@ -158,15 +158,15 @@ void check_case(const Case& c) {
   const int dp = world / c.tp;
   const std::string what =
       str(c.shape->name, " dp=", dp, " tp=", c.tp, " accumulation=", c.accumulation,
-          c.shard_optimizer ? " sharded" : "", " recompute=", c.recompute);
-  const std::string tag = str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation, "-shard",
-                              c.shard_optimizer, "-", c.recompute);
+          " shard=", c.shard, " recompute=", c.recompute);
+  const std::string tag = str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation, "-shard-",
+                              c.shard, "-", c.recompute);
 
   Config dist = make_config(*c.shape, str(dataset_dir(), "/dist-", tag));
   dist.set(str("parallel.tp=", c.tp));
   dist.set(str("data.batch_size=", kBatchPerRank));
   dist.set(str("optim.grad_accumulation=", c.accumulation));
-  dist.set(str("parallel.shard_optimizer=", c.shard_optimizer ? "true" : "false"));
+  dist.set(str("parallel.shard=", c.shard));
   dist.set(str("model.recompute=", c.recompute));
   Params distributed = train_on(MPI_COMM_WORLD, c.tp, dist, what);
 
@@ -251,8 +251,18 @@ TEST(GptTrainEquivalence, UntiedPaddedVocabularyAtEveryGridMatchesOneRank) {
 // Sharded optimizer state over each tp rank's dp group (dp = 2 x tp = 2 at four ranks) and
 // activation recomputation, against the unsharded one-rank reference; clipping fires (above).
 TEST(GptTrainEquivalence, ShardedOptimizerWithRecomputationAtEveryGrid) {
-  for (int tp : tp_sizes()) check_case({&kTied, tp, 1, true, "block"});
-  check_case({&kUntiedPadded, rt().world_size() % 2 == 0 ? 2 : 1, 2, true, "attention"});
+  for (int tp : tp_sizes()) check_case({&kTied, tp, 1, "optimizer", "block"});
+  check_case({&kUntiedPadded, rt().world_size() % 2 == 0 ? 2 : 1, 2, "optimizer", "attention"});
+}
+
+// Sharded gradients and fully sharded parameters (parallel.shard: gradients, full) over each tp
+// rank's dp group (dp = 2 x tp = 2 at four ranks), with recomputation and accumulation, and the
+// periodic evaluation of a fully sharded model (gathered whole for it), against one rank.
+TEST(GptTrainEquivalence, GradientAndFullShardingAtEveryGrid) {
+  for (int tp : tp_sizes()) check_case({&kTied, tp, 1, "full", "block"});
+  const int tp = rt().world_size() % 2 == 0 ? 2 : 1;
+  check_case({&kUntiedPadded, tp, 2, "full"});
+  check_case({&kTied, tp, 2, "gradients", "attention"});
 }
 
 TEST(GptTrainEquivalence, GradientAccumulationWithTensorParallelism) {
