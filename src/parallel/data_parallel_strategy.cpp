@@ -41,6 +41,24 @@ void GradientReadyHooks::install(const std::vector<torch::Tensor>& params,
   }
 }
 
+std::vector<UnitSpan> layout_units(const std::vector<std::vector<std::int64_t>>& numels,
+                                   int shard_count) {
+  if (shard_count < 1) throw Error("layout_units: the shard count must be at least 1");
+  std::vector<UnitSpan> out;
+  for (const auto& members : numels) {
+    UnitSpan span;
+    std::int64_t n = 0;
+    for (auto m : members) {
+      span.offsets.push_back(n);
+      n += m;
+    }
+    span.numel = (std::max<std::int64_t>(n, 1) + shard_count - 1) / shard_count * shard_count;
+    span.chunk = span.numel / shard_count;
+    out.push_back(std::move(span));
+  }
+  return out;
+}
+
 std::vector<std::pair<std::int64_t, std::int64_t>> packed_overlap(
     const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges, std::int64_t offset,
     std::int64_t numel) {

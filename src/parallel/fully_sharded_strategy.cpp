@@ -135,16 +135,22 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     std::int64_t layout_at = 0;
     std::int64_t packed_at = 0;
     torch::NoGradGuard no_grad;
+    std::vector<std::vector<std::int64_t>> numels;
+    for (const auto& x : units_) {
+      numels.emplace_back();
+      for (auto i : x.members) numels.back().push_back(named[i].value().numel());
+    }
+    const std::vector<UnitSpan> spans = layout_units(numels, size);
     for (std::size_t u = 0; u < units_.size(); ++u) {
       Unit& x = units_[u];
-      std::int64_t n = 0;
-      for (auto i : x.members) {
-        entries_.push_back({named[i].key(), named[i].value(), u, n, named[i].value().numel()});
+      for (std::size_t k = 0; k < x.members.size(); ++k) {
+        const auto i = x.members[k];
+        entries_.push_back(
+            {named[i].key(), named[i].value(), u, spans[u].offsets[k], named[i].value().numel()});
         x.entries.push_back(entries_.size() - 1);
-        n += named[i].value().numel();
       }
-      x.numel = (std::max<std::int64_t>(n, 1) + size - 1) / size * size;
-      x.chunk = x.numel / size;
+      x.numel = spans[u].numel;
+      x.chunk = spans[u].chunk;
       x.layout_offset = layout_at;
       x.packed_offset = packed_at;
       layout_at += x.numel;

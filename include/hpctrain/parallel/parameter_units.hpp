@@ -8,8 +8,26 @@
 #include <torch/torch.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace hpctrain::parallel {
+
+/// Where a unit lies: its members' offsets in the unit's buffer (in the order given), its length
+/// padded to a multiple of the shard count, and the chunk each shard rank owns.
+struct UnitSpan {
+  std::vector<std::int64_t> offsets;  ///< of each member, in the unit's buffer
+  std::int64_t numel = 0;             ///< padded: a multiple of the shard count, at least one each
+  std::int64_t chunk = 0;             ///< numel / shard count
+  /// First element of shard rank `rank`'s chunk in the unit's buffer. Local.
+  std::int64_t owned_offset(int rank) const { return rank * chunk; }
+};
+
+/// Lays out units whose members have `numels` (one list per unit) for `shard_count` ranks:
+/// members back to back, each unit padded at its end to a multiple of shard_count elements (at
+/// least shard_count, so every rank owns at least one). Local.
+std::vector<UnitSpan> layout_units(const std::vector<std::vector<std::int64_t>>& numels,
+                                   int shard_count);
 
 /// What a model's forward calls around each of its units (installed by the full-sharding
 /// strategy; absent otherwise, when enter and leave return their argument).
