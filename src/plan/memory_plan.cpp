@@ -222,20 +222,23 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
   p.state_bytes = n * p.run.total();
   if (mode == ShardMode::kFull) {
     // The unit computing and the next one, prefetched, plus the root, which stays gathered for
-    // the whole step; in backward one block's and the root's unsharded gradients. A model other
-    // than the gpt is one unit.
+    // the whole step; in backward the unsharded gradients of the root, of the block accumulating
+    // and of the two whose reduce-scatters may still be in flight (the strategy keeps at most
+    // two). A model other than the gpt is one unit.
     if (in.gpt) {
       const GatherUnits u = gpt_gather_units(in.shape, in.tp);
       const double blocks = std::min<double>(2, static_cast<double>(in.shape.layers));
       p.gathered_bytes = (blocks * u.block + u.root) * in.param_dtype_bytes;
-      p.gathered_gradient_bytes = (u.block + u.root) * in.param_dtype_bytes;
+      const double grad_blocks = std::min<double>(3, static_cast<double>(in.shape.layers));
+      p.gathered_gradient_bytes = (grad_blocks * u.block + u.root) * in.param_dtype_bytes;
     } else {
       p.gathered_bytes = n * in.param_dtype_bytes;
       p.gathered_gradient_bytes = n * in.param_dtype_bytes;
     }
   } else if (mode == ShardMode::kGradients) {
-    // One bucket filling while the previous one is reduce-scattered; with one bucket per
-    // parameter (bucket_mb 0) the two largest of the gpt (its embedding, an MLP matrix).
+    // One bucket filling while the two before it are reduce-scattered (the reducer keeps at most
+    // two in flight); with one bucket per parameter (bucket_mb 0) the largest of the gpt (its
+    // embedding, an MLP matrix).
     double bucket = in.bucket_bytes;
     if (!(bucket > 0) && in.gpt) {
       const double d = static_cast<double>(in.shape.width);
@@ -244,7 +247,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
                         d * std::round(d * in.shape.mlp_ratio)) /
                in.tp;
     }
-    p.bucket_in_flight_bytes = std::min(2 * std::max(bucket, 0.0), n * 4);
+    p.bucket_in_flight_bytes = std::min(3 * std::max(bucket, 0.0), n * 4);
   }
   const double transient = p.gathered_bytes + p.gathered_gradient_bytes + p.bucket_in_flight_bytes;
   double heap_slack = 0;

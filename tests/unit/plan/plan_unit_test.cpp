@@ -526,20 +526,21 @@ TEST(PlanMemory, PeakAddsWhatEachShardModeHoldsBesideItsState) {
     EXPECT_DOUBLE_EQ(p.total_bytes, n * p.run.total() + activations);
     EXPECT_DOUBLE_EQ(p.gathered_bytes + p.gathered_gradient_bytes + p.bucket_in_flight_bytes, 0);
   }
-  // gradients: two buckets in flight, at most every gradient.
+  // gradients: one bucket filling and two in flight, at most every gradient.
   m.shard_mode = ShardMode::kGradients;
   MemoryPlan p = make_memory_plan(m, "adamw", 0, 0);
-  EXPECT_DOUBLE_EQ(p.bucket_in_flight_bytes, 2 * 25.0 * (1 << 20));
-  EXPECT_DOUBLE_EQ(p.total_bytes, n * (4 + 12.0 / 8) + activations + 50.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(p.bucket_in_flight_bytes, 3 * 25.0 * (1 << 20));
+  EXPECT_DOUBLE_EQ(p.total_bytes, n * (4 + 12.0 / 8) + activations + 75.0 * (1 << 20));
   m.bucket_bytes = 100e6;
   EXPECT_DOUBLE_EQ(make_memory_plan(m, "adamw", 0, 0).bucket_in_flight_bytes, 4 * n);
-  // full: two blocks and the root gathered, one block's and the root's gradients, at param_dtype.
+  // full: two blocks and the root gathered; the gradients of three blocks (one accumulating, two
+  // reducing) and the root, at param_dtype.
   m.shard_mode = ShardMode::kFull;
   p = make_memory_plan(m, "adamw", 0, 0);
   EXPECT_DOUBLE_EQ(p.state_bytes, n * 16 / 8);
   EXPECT_DOUBLE_EQ(p.gathered_bytes, (2 * block + root) * 4);
-  EXPECT_DOUBLE_EQ(p.gathered_gradient_bytes, (block + root) * 4);
-  EXPECT_DOUBLE_EQ(p.total_bytes, n * 2 + activations + (3 * block + 2 * root) * 4);
+  EXPECT_DOUBLE_EQ(p.gathered_gradient_bytes, (3 * block + root) * 4);
+  EXPECT_DOUBLE_EQ(p.total_bytes, n * 2 + activations + (5 * block + 2 * root) * 4);
   m.param_dtype_bytes = 2;
   EXPECT_DOUBLE_EQ(make_memory_plan(m, "adamw", 0, 0).gathered_bytes, (2 * block + root) * 2);
   // A hybrid group of 2: each rank holds half the state.
