@@ -15,7 +15,8 @@
 # global batch within 1e-5 (the gradient mean is summed in another order); the CNN's BatchNorm
 # normalises each rank's slice, so it is compared with PyTorch run the same way. The checkpoints
 # load into the Python module with load_state_dict(strict=True) (BatchNorm statistics: dp rank
-# 0's).
+# 0's). A fully sharded run (parallel.shard: full) of the residual MLP on 2 ranks is compared the
+# same way.
 source "$(dirname "$0")/../lib.sh"
 here=$(dirname "$0")
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
@@ -23,6 +24,7 @@ models=$TMP/models
 expect_exit 0 "$TMP/make_models.log" "$PY" "$here/make_models.py" "$models" || finish
 
 export HPCTRAIN_THREADS=1 # the reference runs on one thread: the same reduction orders
+case_sets=() # more --set options of the hpctrain run (below: full sharding)
 # reference_case NAME MODEL NP ENV...: trains MODEL on NP ranks (ENV: extra environment for both
 # hpctrain and the reference), then compares with both references.
 reference_case() {
@@ -35,7 +37,7 @@ reference_case() {
   expect_exit 0 "$TMP/$name.log" env "$@" $HPCTRAIN_MPIEXEC -np "$np" "$HPCTRAIN_BIN" train \
     -c "$here/torchscript.yaml" --set "model.file=$models/$model.pt" \
     --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" \
-    --set data.batch_size=$batch --set "run.dir=$run" || return 0
+    --set data.batch_size=$batch --set "run.dir=$run" "${case_sets[@]}" || return 0
   expect_grep "training torchscript" "$TMP/$name.log"
   local adam
   for adam in hpctrain torch; do
@@ -52,6 +54,13 @@ reference_case() {
   expect_exit 0 "$TMP/cmp-$name-torch.log" "$PY" "$here/compare_losses.py" "$run/metrics.jsonl" \
     "$TMP/ref-$name-torch.json" --tol 1e-5 --steps 20
 }
+# Fully sharded (parallel.shard: full): a TorchScript module names no units, so it is gathered
+# whole for forward and backward, which a warning says; the results are those of PyTorch, bit for
+# bit, and its checkpoint loads into the Python module like any other.
+case_sets=(--set parallel.shard=full)
+reference_case resmlp-np2-full resmlp 2
+expect_grep "names no units .*parallel.shard: full gathers the whole model" "$TMP/resmlp-np2-full.log"
+case_sets=()
 for model in resmlp cnn; do
   for np in 1 2 4; do
     reference_case "$model-np$np" $model $np
