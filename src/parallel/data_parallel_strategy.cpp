@@ -90,6 +90,16 @@ void average_packed_pieces(torch::Tensor& packed,
   }
 }
 
+double count_replicated_once(double sq, const torch::Tensor& packed,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
+                             int tp) {
+  if (tp == 1) return sq;
+  for (const auto& [at, n] : pieces) {
+    sq -= (1.0 - 1.0 / tp) * square_sum(packed.narrow(0, at, n));
+  }
+  return sq < 0 ? 0.0 : sq;
+}
+
 void average_over_replicas(const std::vector<torch::Tensor>& tensors,
                            const std::shared_ptr<comm::Communicator>& replica) {
   if (!replica || replica->size() == 1 || tensors.empty()) return;

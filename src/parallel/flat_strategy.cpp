@@ -274,12 +274,7 @@ class FlatStrategy : public DataParallelStrategy {
         sq += square_sum(owned_grads_.narrow(0, at, numel));
         at += numel;
       }
-      if (tp > 1) {
-        for (const auto& [at_piece, n] : replicated_pieces_) {
-          sq -= (1.0 - 1.0 / tp) * square_sum(owned_grads_.narrow(0, at_piece, n));
-        }
-        sq = sq < 0 ? 0.0 : sq;  // rounding of the corrections; NaN stays NaN
-      }
+      sq = count_replicated_once(sq, owned_grads_, replicated_pieces_, tp);
     }
     return dp_control_->sum(sq);
   }

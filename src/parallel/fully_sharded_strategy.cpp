@@ -279,14 +279,8 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
 
   double grad_square_sum() override {
     torch::NoGradGuard no_grad;
-    double sq = square_sum(owned_grads_);
-    const int tp = tp_->size();
-    if (tp > 1) {
-      for (const auto& [at, n] : replicated_pieces_) {
-        sq -= (1.0 - 1.0 / tp) * square_sum(owned_grads_.narrow(0, at, n));
-      }
-      sq = sq < 0 ? 0.0 : sq;  // rounding of the corrections; NaN stays NaN
-    }
+    const double sq = count_replicated_once(square_sum(owned_grads_), owned_grads_,
+                                            replicated_pieces_, tp_->size());
     return dp_control_->sum(sq);
   }
 

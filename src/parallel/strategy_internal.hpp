@@ -42,6 +42,13 @@ void average_packed_pieces(torch::Tensor& packed,
                            const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
                            comm::Communicator& tp);
 
+/// `sq` (the squares of `packed`) with its pieces of tp-replicated parameters ({offset, numel})
+/// counted 1/tp times instead of once; a sum the corrections round below zero is zero, NaN stays
+/// NaN. Local.
+double count_replicated_once(double sq, const torch::Tensor& packed,
+                             const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
+                             int tp);
+
 /// Averages `tensors` over `replica` (the replica groups of hybrid sharding; nothing when null)
 /// with one collective. Collective over `replica`.
 void average_over_replicas(const std::vector<torch::Tensor>& tensors,
