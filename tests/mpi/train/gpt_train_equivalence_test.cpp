@@ -159,8 +159,8 @@ void check_case(const Case& c) {
   const std::string what =
       str(c.shape->name, " dp=", dp, " tp=", c.tp, " accumulation=", c.accumulation,
           " shard=", c.shard, " recompute=", c.recompute);
-  const std::string tag = str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation, "-shard-",
-                              c.shard, "-", c.recompute);
+  const std::string tag =
+      str(c.shape->name, "-tp", c.tp, "-acc", c.accumulation, "-shard-", c.shard, "-", c.recompute);
 
   Config dist = make_config(*c.shape, str(dataset_dir(), "/dist-", tag));
   dist.set(str("parallel.tp=", c.tp));
