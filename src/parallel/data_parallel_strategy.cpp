@@ -90,6 +90,38 @@ void average_packed_pieces(torch::Tensor& packed,
   }
 }
 
+void OwnedGradientReductions::launch(torch::Tensor buffer, std::int64_t packed_offset,
+                                     std::int64_t chunk) {
+  comm::WorkHandle work;
+  if (group_->size() > 1)
+    work = group_->reduce_scatter_in_place_async(buffer, comm::ReduceOp::kAvg);
+  in_flight_.push_back({std::move(buffer), std::move(work), packed_offset, chunk});
+  while (in_flight_.size() > 2) retire();
+}
+
+void OwnedGradientReductions::drain() {
+  while (!in_flight_.empty()) retire();
+}
+
+void OwnedGradientReductions::abandon() noexcept {
+  for (auto& f : in_flight_) {
+    try {
+      if (f.work) f.work->wait();
+    } catch (...) {  // reported by the step that failed; do not throw here
+    }
+  }
+  in_flight_.clear();
+}
+
+void OwnedGradientReductions::retire() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (f.work) f.work->wait();
+  torch::NoGradGuard no_grad;
+  owned_.narrow(0, f.packed_offset, f.chunk)
+      .add_(f.buffer.narrow(0, group_->rank() * f.chunk, f.chunk));
+}
+
 double count_replicated_once(double sq, const torch::Tensor& packed,
                              const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces,
                              int tp) {

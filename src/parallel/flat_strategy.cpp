@@ -43,7 +43,8 @@ class ShardedGradientReducer {
         dp_(std::move(dp)),
         overlap_(overlap),
         reduce_dtype_(reduce_dtype),
-        owned_grads_(std::move(owned_grads)) {
+        owned_grads_(owned_grads),
+        reductions_(dp_, std::move(owned_grads)) {
     std::size_t first = 0;
     std::int64_t packed = 0;
     for (std::size_t b = 0; b < buckets_.offsets.size(); ++b) {
@@ -58,6 +59,9 @@ class ShardedGradientReducer {
     hooks_.install(params, [this](std::size_t i) { on_ready(i); });
     prepare();
   }
+  ~ShardedGradientReducer() { reductions_.abandon(); }
+  ShardedGradientReducer(const ShardedGradientReducer&) = delete;
+  ShardedGradientReducer& operator=(const ShardedGradientReducer&) = delete;
 
   // Every bucket not yet launched is launched (unused parameters count as zero gradients), and
   // every reduction completes into the owned buffer. Returns the seconds spent. Collective.
@@ -65,7 +69,7 @@ class ShardedGradientReducer {
     const auto start = Clock::now();
     for (auto& count : pending_) count = 0;
     launch_ready();
-    while (!in_flight_.empty()) retire();
+    reductions_.drain();
     prepare();
     return seconds_since(start);
   }
@@ -73,12 +77,6 @@ class ShardedGradientReducer {
   std::size_t buckets() const { return buckets_.offsets.size(); }
 
  private:
-  struct InFlight {
-    std::size_t bucket;
-    torch::Tensor buffer;
-    comm::WorkHandle work;
-  };
-
   void prepare() {
     pending_ = buckets_.entry_counts;
     next_ = 0;
@@ -107,21 +105,8 @@ class ShardedGradientReducer {
         grad = torch::Tensor();  // freed: only the owned chunk stays
       }
     }
-    comm::WorkHandle work;
-    if (dp_->size() > 1) work = dp_->reduce_scatter_in_place_async(buffer, comm::ReduceOp::kAvg);
-    in_flight_.push_back({b, std::move(buffer), std::move(work)});
-    // Two buckets in flight at most: the gradient memory stays the owned chunks plus these.
-    while (in_flight_.size() > 2) retire();
-  }
-
-  void retire() {
-    InFlight f = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    if (f.work) f.work->wait();
-    torch::NoGradGuard no_grad;
-    const std::int64_t chunk = buckets_.sizes[f.bucket] / dp_->size();
-    owned_grads_.narrow(0, packed_offset_[f.bucket], chunk)
-        .add_(f.buffer.narrow(0, dp_->rank() * chunk, chunk));
+    const std::int64_t chunk = buckets_.sizes[b] / dp_->size();
+    reductions_.launch(std::move(buffer), packed_offset_[b], chunk);
   }
 
   FlatParameters& flat_;
@@ -135,7 +120,7 @@ class ShardedGradientReducer {
   std::vector<std::size_t> bucket_of_entry_;
   std::vector<int> pending_;
   std::size_t next_ = 0;
-  std::deque<InFlight> in_flight_;
+  OwnedGradientReductions reductions_;
   GradientReadyHooks hooks_;
 };
 

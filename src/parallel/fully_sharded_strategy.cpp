@@ -169,6 +169,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     }
     owned_params_ = torch::empty({packed_at}, options.dtype(torch::kFloat));
     owned_grads_ = torch::zeros({packed_at}, options.dtype(torch::kFloat));
+    reductions_ = std::make_unique<OwnedGradientReductions>(dp_, owned_grads_);
     for (auto& x : units_) {
       if (in.dp->size() > 1) in.dp->broadcast(x.gathered, 0);  // all start from dp rank 0's
       owned_params_.narrow(0, x.packed_offset, x.chunk)
@@ -203,12 +204,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
         }
       }
     }
-    for (auto& f : in_flight_) {
-      try {
-        if (f.work) f.work->wait();
-      } catch (...) {
-      }
-    }
+    if (reductions_) reductions_->abandon();
   }
 
   ShardMode mode() const override { return ShardMode::kFull; }
@@ -264,7 +260,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     // completes.
     for (; next_reduce_ >= 0; --next_reduce_) launch_reduce(static_cast<std::size_t>(next_reduce_));
     if (root_ >= 0) launch_reduce(static_cast<std::size_t>(root_));
-    while (!in_flight_.empty()) retire();
+    reductions_->drain();
     return std::chrono::duration<double>(Clock::now() - start).count();
   }
 
@@ -410,11 +406,6 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     torch::Tensor grad;       // while backward accumulates
     int pending = 0;          // gradients not final yet; -1 once reduced
   };
-  struct InFlight {
-    std::size_t unit;
-    torch::Tensor buffer;
-    comm::WorkHandle work;
-  };
 
   torch::Tensor cast_in(const torch::Tensor& x) const {
     if (unit_dtype_ == torch::kFloat || !x.is_floating_point() || x.scalar_type() == unit_dtype_) {
@@ -486,25 +477,11 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
     attach_grads(x);  // a unit backward did not reach: zeros (and any gradient it got)
     torch::Tensor buffer =
         x.grad.scalar_type() == reduce_dtype_ ? x.grad : x.grad.to(reduce_dtype_);
-    comm::WorkHandle work;
-    if (dp_->size() > 1) work = dp_->reduce_scatter_in_place_async(buffer, comm::ReduceOp::kAvg);
-    in_flight_.push_back({u, buffer, std::move(work)});
+    reductions_->launch(buffer, x.packed_offset, x.chunk);
     for (auto k : x.entries) entries_[k].param.mutable_grad() = torch::Tensor();
     x.grad = torch::Tensor();
     x.pending = -1;
     if (static_cast<int>(u) != root_) free_unit(u);  // its backward is done
-    // Two reductions in flight at most: gradient memory stays the owned chunks plus these.
-    while (in_flight_.size() > 2) retire();
-  }
-
-  void retire() {
-    InFlight f = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    if (f.work) f.work->wait();
-    torch::NoGradGuard no_grad;
-    const Unit& x = units_[f.unit];
-    owned_grads_.narrow(0, x.packed_offset, x.chunk)
-        .add_(f.buffer.narrow(0, dp_->rank() * x.chunk, x.chunk));
   }
 
   std::shared_ptr<comm::Communicator> dp_;       // the shard group (the dp group unless hybrid)
@@ -527,7 +504,7 @@ class FullyShardedStrategy : public DataParallelStrategy, public ParameterUnitHo
   std::vector<std::pair<std::int64_t, std::int64_t>> replicated_pieces_;  // packed
   bool pinned_ = false;
   int next_reduce_ = -1;
-  std::deque<InFlight> in_flight_;
+  std::unique_ptr<OwnedGradientReductions> reductions_;
   GradientReadyHooks hooks_;
 };
 

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -29,6 +30,36 @@ class GradientReadyHooks {
   std::unique_ptr<std::function<void(std::size_t)>> ready_;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
   std::vector<std::uintptr_t> keys_;
+};
+
+/// Reduce-scatters (averages) of gradient buffers over a group into this rank's owned float32
+/// chunks, at most two in flight: the gradient memory of the sharded strategies stays their
+/// owned chunks plus these.
+class OwnedGradientReductions {
+ public:
+  OwnedGradientReductions(std::shared_ptr<comm::Communicator> group, torch::Tensor owned)
+      : group_(std::move(group)), owned_(std::move(owned)) {}
+  /// Starts averaging `buffer` (whose numel divides by the group size) over the group; when it
+  /// completes, the rank's chunk of it (`chunk` elements) is added into owned[packed_offset...].
+  /// Waits for the oldest while more than two are in flight. Collective over the group.
+  void launch(torch::Tensor buffer, std::int64_t packed_offset, std::int64_t chunk);
+  /// Completes every reduction in flight. Local (completes collectives already started).
+  void drain();
+  /// Waits for every reduction in flight without adding, for a destructor. Local.
+  void abandon() noexcept;
+
+ private:
+  struct InFlight {
+    torch::Tensor buffer;
+    comm::WorkHandle work;
+    std::int64_t packed_offset;
+    std::int64_t chunk;
+  };
+  void retire();
+
+  std::shared_ptr<comm::Communicator> group_;
+  torch::Tensor owned_;
+  std::deque<InFlight> in_flight_;
 };
 
 /// `none`, `optimizer` and `gradients`: every rank holds all parameters in one flat buffer.

@@ -54,8 +54,9 @@ class Trainer {
   TrainOutcome run();
 
   const TrainConfig& config() const;
-  /// This rank's parameters by state_dict name (shards when tensor parallel). Tests compare them
-  /// across runs. Local.
+  /// This rank's parameters by state_dict name (shards when tensor parallel; the float32 masters
+  /// under parallel.shard: full). Tests compare them across runs. Collective over the dp group
+  /// where the parameters are sharded (they are gathered); local otherwise.
   std::vector<std::pair<std::string, torch::Tensor>> local_parameters() const;
 
  private:
