@@ -21,6 +21,7 @@
 #include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -36,9 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using runtime::seconds_since;
 
 // What is wrong with a writer's records, or empty. `tp_size` checks the local shapes against the
 // sharding rule.

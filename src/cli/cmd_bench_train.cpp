@@ -170,7 +170,7 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
   return outcome.exit_code;
 }
 
-const CommandRegistration reg = command<BenchTrainOptions>(
+const CommandRegistration bench_train_command = command<BenchTrainOptions>(
     "bench train",
     "Steady-state training throughput (tokens/s, FLOP/s) and tensor-parallel communication time "
     "per step of a config",

@@ -229,7 +229,7 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<ExportArgs>(
+const CommandRegistration export_command = command<ExportArgs>(
     "export", "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX",
     [](CLI::App& app, ExportArgs& opt) {
       opt.app = &app;

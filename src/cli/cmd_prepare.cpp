@@ -127,7 +127,7 @@ int run_text(CommandContext& ctx, const PrepareOptions& opt) {
   });
 }
 
-const CommandRegistration fashion_mnist = command<PrepareOptions>(
+const CommandRegistration prepare_fashion_mnist_command = command<PrepareOptions>(
     "prepare fashion-mnist",
     "Convert Fashion-MNIST IDX files (Debian's dataset-fashion-mnist) to train.h5 and test.h5",
     [](CLI::App& app, PrepareOptions& opt) {
@@ -138,7 +138,7 @@ const CommandRegistration fashion_mnist = command<PrepareOptions>(
     },
     run_fashion_mnist, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration text = command<PrepareOptions>(
+const CommandRegistration prepare_text_command = command<PrepareOptions>(
     "prepare text",
     "Byte-level tokenization of UTF-8 text files into train.h5 and val.h5 token files",
     [](CLI::App& app, PrepareOptions& opt) {
@@ -152,7 +152,7 @@ const CommandRegistration text = command<PrepareOptions>(
     },
     run_text, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration tokens = command<data::TokenPrepareOptions>(
+const CommandRegistration prepare_tokens_command = command<data::TokenPrepareOptions>(
     "prepare tokens",
     "Token files (llm.c .bin, .npy, raw uint16/uint32 arrays) to language-modelling files",
     [](CLI::App& app, data::TokenPrepareOptions& opt) {
@@ -175,7 +175,7 @@ const CommandRegistration tokens = command<data::TokenPrepareOptions>(
     },
     run_tokens, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration numpy = command<data::NumpyPrepareOptions>(
+const CommandRegistration prepare_numpy_command = command<data::NumpyPrepareOptions>(
     "prepare numpy",
     "NumPy .npy arrays to classification (--labels) or regression (--targets) files",
     [](CLI::App& app, data::NumpyPrepareOptions& opt) {

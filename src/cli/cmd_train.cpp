@@ -115,7 +115,7 @@ int run_train(CommandContext& ctx, const TrainOptions& opt) {
   return outcome.exit_code;
 }
 
-const CommandRegistration reg = command<TrainOptions>(
+const CommandRegistration train_command = command<TrainOptions>(
     "train", "Train a model from a YAML config (data and tensor parallel)",
     [](CLI::App& app, TrainOptions& opt) {
       app.add_option("-c,--config", opt.config,

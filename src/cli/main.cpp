@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -45,7 +46,14 @@ CommandRegistration::CommandRegistration(std::string path, std::string descripti
   command.description = std::move(description);
   command.add_options = std::move(add_options);
   command.run = std::move(run);
-  command_registry().push_back(std::move(command));
+  // Static registrations run in the order the linker lays the objects out (unity batches change
+  // it): keep commands sorted by name, a group's subcommands in the order they registered.
+  std::vector<RegisteredCommand>& registry = command_registry();
+  auto at = std::upper_bound(registry.begin(), registry.end(), command.path.front(),
+                             [](const std::string& name, const RegisteredCommand& other) {
+                               return name < other.path.front();
+                             });
+  registry.insert(at, std::move(command));
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <tuple>
 
+#include "hpctrain/parallel/tensor_parallel_ops.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -38,10 +39,6 @@ VocabSlice vocab_slice(const torch::Tensor& logits, const CommPtr& tp, std::int6
 
 c10::ScalarType compute_dtype(const torch::Tensor& logits) {
   return logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-}
-
-bool is_parallel(const CommPtr& tp) {
-  return tp && tp->size() > 1;
 }
 
 // Row maxima over the real vocabulary, all-reduced; optionally the global argmax (lowest id).
