@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -236,6 +237,12 @@ ConfigSection Config::section(const std::string& name) {
 }
 
 void Config::check_unknown_keys() const {
+  // Tests list every key the parsers read (tests/e2e/runtime/docs_examples_test.sh checks each is
+  // documented): HPCTRAIN_CONFIG_KEYS names a file the known keys are appended to.
+  if (const char* keys_file = std::getenv("HPCTRAIN_CONFIG_KEYS"); keys_file && *keys_file) {
+    std::ofstream out(keys_file, std::ios::app);
+    for (const auto& key : *known_) out << key << "\n";
+  }
   std::vector<std::string> leaves;
   collect_leaves(root_, "", leaves);
   std::vector<std::string> problems;

@@ -18,6 +18,7 @@
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "peer_monitor_state.hpp"
+#include "position_listener.hpp"
 
 namespace hpctrain::runtime {
 

@@ -29,6 +29,7 @@
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "peer_monitor_state.hpp"
+#include "position_listener.hpp"
 
 namespace hpctrain::runtime::peer {
 namespace {

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "hpctrain/runtime/mpi_check.hpp"
+#include "position_listener.hpp"
 
 namespace hpctrain::runtime {
 namespace {

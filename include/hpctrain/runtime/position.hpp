@@ -53,11 +53,6 @@ Phase phase();
 std::int64_t phase_started_ns();
 }  // namespace position
 
-/// Calls `listener` after every move of this rank: a new step or phase, a collective entered or
-/// completed (the peer monitor sends the move to the other ranks at once). It runs on the thread
-/// that moved, so it must be cheap and must not block; nullptr: none. Local, thread-safe.
-void set_position_listener(void (*listener)());
-
 /// Sets a phase for a scope and restores the previous one after it. Local.
 class PhaseScope {
  public:
