@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <vector>
 
@@ -263,16 +263,23 @@ void monitor_loop() {
   const auto stall = std::chrono::duration<double>(std::max(3 * s.period_s, s.timeout_s / 2));
   std::vector<pollfd> fds;
   while (s.running.load()) {
-    // Cleared before the position is read: a move after this read wakes the loop again.
-    s.wake_pending.store(false, std::memory_order_release);
+    // A move (wake_pending) goes out once the gap since the last send has passed; until then
+    // the flag stays set, so further moves do not wake this thread again. Without one, the
+    // heartbeat is due a period after the last send.
     Clock::time_point due;
     {
+      std::lock_guard<std::mutex> lock(s.ring_mutex);
+      due = s.ring->next_send(s.wake_pending.load(std::memory_order_acquire));
+    }
+    if (Clock::now() >= due) {
+      // Cleared before the position is read: a move after this read wakes the loop again.
+      s.wake_pending.store(false, std::memory_order_release);
       PositionRecord own = own_position();
       Actions actions;
       {
         std::lock_guard<std::mutex> lock(s.ring_mutex);
         actions = s.ring->on_position(std::move(own), Clock::now());
-        due = s.ring->position_due();
+        due = s.ring->next_send(false);
       }
       act(actions);
     }
@@ -285,9 +292,13 @@ void monitor_loop() {
             pollfd{c.fd(), static_cast<short>(c.wants_write() ? (POLLIN | POLLOUT) : POLLIN), 0});
       }
     }
-    const auto until_due = std::chrono::duration<double>(due - Clock::now()).count() * 1000;
-    const int wait_ms = static_cast<int>(std::clamp(until_due, 0.0, s.period_s * 1000 / 2));
-    ::poll(fds.data(), fds.size(), wait_ms);
+    // Microseconds: the gap between two sends is below a millisecond in small rings.
+    const auto until_due = std::chrono::duration_cast<std::chrono::nanoseconds>(due - Clock::now());
+    const std::int64_t wait_ns = std::clamp<std::int64_t>(
+        until_due.count(), 0, static_cast<std::int64_t>(s.period_s * 0.5e9));
+    const timespec wait{static_cast<time_t>(wait_ns / 1000000000),
+                        static_cast<long>(wait_ns % 1000000000)};
+    ::ppoll(fds.data(), fds.size(), &wait, nullptr);
     if (!s.running.load()) break;
     if (fds[0].revents & POLLIN) {
       char bytes[64];

@@ -152,10 +152,9 @@ Actions PeerRing::on_position(PositionRecord own, Clock::time_point now) {
   return out;
 }
 
-Clock::time_point PeerRing::position_due() const {
-  const auto gap = std::chrono::duration_cast<Clock::duration>(seconds(o_.min_gap_s));
-  const auto period = std::chrono::duration_cast<Clock::duration>(seconds(o_.period_s));
-  return last_sent_at_ + (move_waiting_ ? gap : period);
+Clock::time_point PeerRing::next_send(bool moved) const {
+  return last_sent_at_ +
+         std::chrono::duration_cast<Clock::duration>(seconds(moved ? o_.min_gap_s : o_.period_s));
 }
 
 void PeerRing::stalled(Clock::time_point now) {

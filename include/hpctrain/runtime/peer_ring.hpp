@@ -91,7 +91,10 @@ class PeerRing {
   Actions on_position(PositionRecord own, Clock::time_point now);
   /// When on_position must run again without news: the heartbeat, or the end of the gap when a
   /// move is waiting for it. Local.
-  Clock::time_point position_due() const;
+  Clock::time_point position_due() const { return next_send(move_waiting_); }
+  /// When this rank's position can go out next: one gap after the last send when it `moved`,
+  /// else one period after it (the heartbeat). Local.
+  Clock::time_point next_send(bool moved) const;
   /// This process was stopped or starved: the silence it saw is its own, so the neighbours'
   /// silence clocks restart. Local.
   void stalled(Clock::time_point now);

@@ -34,7 +34,7 @@ for np in 2 4; do
     log=$TMP/$name-np$np.txt
     expect_exit 2 "$log" mpirun_np "$np" "$HPCTRAIN_BIN" train -c "$configs/$config" "${sets[@]}" \
       --set "run.dir=$TMP/run-$name-$np"
-    expect_grep "^\[hpctrain\] error: $message" "$log"
+    expect_grep "error: $message" "$log"
     one_line "$name at $np ranks" "$log"
     echo "--- $name, $np ranks:"
     cat "$log"

@@ -213,8 +213,10 @@ TEST(PeerRingPolicy, MovesWaitForTheGapAndBeatsComeEveryPeriod) {
   ASSERT_EQ(records.size(), 1u);
   EXPECT_EQ(records[0].step, 2);
   EXPECT_EQ(records[0].version, 2u);  // versions count the records sent
-  // Unchanged: the heartbeat one period after the last send.
+  // Unchanged: the heartbeat one period after the last send; a move: one gap after it.
   EXPECT_EQ(r0.position_due(), t0 + std::chrono::milliseconds(1010));
+  EXPECT_EQ(r0.next_send(false), t0 + std::chrono::milliseconds(1010));
+  EXPECT_EQ(r0.next_send(true), t0 + std::chrono::milliseconds(20));
   EXPECT_TRUE(r0.on_position(record(0, 2), t0 + std::chrono::milliseconds(900)).sends.empty());
   EXPECT_EQ(r0.on_position(record(0, 2), t0 + std::chrono::milliseconds(1010)).sends.size(), 2u);
 }
