@@ -1,11 +1,12 @@
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <fstream>
+#include <stdexcept>
 
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
-#include "test_util.hpp"
 
 namespace hpctrain {
 namespace {
@@ -164,7 +165,9 @@ TEST(Config, ANonRegularConfigFileIsRefused) {
 
 // Writes `text` to a fresh YAML file and loads it, as `hpctrain train -c` does.
 Config load_text(const std::string& text) {
-  const std::string path = testing::make_temp_dir("config") + "/run.yaml";
+  std::string dir = ::testing::TempDir() + "hpctrain_config_XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + dir);
+  const std::string path = dir + "/run.yaml";
   std::ofstream(path) << text;
   return Config::load(path);
 }
