@@ -117,6 +117,9 @@ def blocks(source, out, base_config, test_data):
     work = os.path.join(out, "work")
     os.makedirs(work, exist_ok=True)
     train_h5 = os.path.join(test_data, "fashion-mnist", "train.h5")
+    for split in ("train", "test"):  # the base config's own data paths
+        link(os.path.join(test_data, "fashion-mnist", f"{split}.h5"),
+             os.path.join(work, "data", "fashion-mnist", f"{split}.h5"))
     base = top_sections(open(base_config, encoding="utf-8").read())
     for n, (doc, line, text) in enumerate(config_blocks(source)):
         name = f"{n:02d}"
