@@ -399,13 +399,14 @@ const std::string& CheckpointManager::run_dir() const {
   return impl_->ctx.run_dir;
 }
 
-std::optional<std::string> CheckpointManager::resolve(const std::string& resume) {
+std::optional<std::string> CheckpointManager::resolve(const std::string& resume,
+                                                      const ManifestCheck& check) {
   Impl& m = *impl_;
   if (resume == "none" || resume.empty()) return std::nullopt;
   m.ensure_comms();
   std::string decision;  // "path:<dir>", "none", "error:<message>"
   if (m.ctx.world_rank == 0) {
-    const ResumeChoice choice = choose_resume(m.ctx.run_dir, resume);
+    const ResumeChoice choice = choose_resume(m.ctx.run_dir, resume, check);
     for (const std::string& skipped : choice.skipped) {
       log::warn(
           str("checkpoint ", skipped, "; falling back to the newest checkpoint that verifies"));

@@ -11,6 +11,8 @@
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -176,7 +178,16 @@ int run_main(int argc, char** argv) {
   CommandContext ctx{rt, global};
   try {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
-    for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
+    auto load_plugins = [&] {
+      for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
+    };
+    if (rt.mpi_started() && rt.world_size() > 1 && !global.plugins.empty()) {
+      // Every rank loads the same files: one message (comm/startup_agreement.hpp).
+      comm::ControlPlane world(rt.world(), "world");
+      comm::StartupAgreement(world).run(load_plugins);
+    } else {
+      load_plugins();
+    }
     return chosen->run(ctx);
   } catch (const Error& e) {
     if (dynamic_cast<const Agreed*>(&e) != nullptr) {

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -125,6 +126,17 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& prefix,
   }
 }
 
+// Marks every list and map in `node` as flow style (emitted on one line).
+void set_flow_style(YAML::Node node) {
+  if (!node.IsSequence() && !node.IsMap()) return;
+  node.SetStyle(YAML::EmitterStyle::Flow);
+  if (node.IsSequence()) {
+    for (YAML::Node item : node) set_flow_style(item);
+  } else {
+    for (auto kv : node) set_flow_style(kv.second);
+  }
+}
+
 }  // namespace
 
 Config::Config()
@@ -225,6 +237,12 @@ ConfigSection Config::section(const std::string& name) {
 }
 
 void Config::check_unknown_keys() const {
+  // Tests list every key the parsers read (tests/e2e/runtime/docs_examples_test.sh checks each is
+  // documented): HPCTRAIN_CONFIG_KEYS names a file the known keys are appended to.
+  if (const char* keys_file = std::getenv("HPCTRAIN_CONFIG_KEYS"); keys_file && *keys_file) {
+    std::ofstream out(keys_file, std::ios::app);
+    for (const auto& key : *known_) out << key << "\n";
+  }
   std::vector<std::string> leaves;
   collect_leaves(root_, "", leaves);
   std::vector<std::string> problems;
@@ -299,9 +317,14 @@ std::string ConfigSection::get_text_or_list(const std::string& key, const std::s
   YAML::Node value = node_[key];
   if (value.IsDefined() && (value.IsSequence() || value.IsMap())) {
     known_->insert(full_key(key));
+    // A list written as a block (`- a.h5` lines, as docs/DATA.md shows a mixture) keeps its
+    // block style in the node, and the emitter follows the node's style over YAML::Flow: the
+    // text would be "- a.h5\n- b.h5", a single path. A flow copy emits as one line.
+    YAML::Node flow = YAML::Clone(value);
+    set_flow_style(flow);
     YAML::Emitter out;
     out.SetStringFormat(YAML::DoubleQuoted);  // a glob's [0-4] would end a plain flow scalar
-    out << YAML::Flow << value;
+    out << YAML::Flow << flow;
     return out.c_str();
   }
   return get<std::string>(key, fallback);
