@@ -155,6 +155,23 @@ std::vector<std::uint32_t> gather_ids(comm::ControlPlane& world,
   return out;
 }
 
+// Waits until every rank has encoded its share, without the collective watchdog (shares take
+// different times: a large share must not look like a hang), and agrees on the lowest rank's
+// problem: "" when every rank succeeded. Each rank reports to rank 0, which answers all.
+std::string agree_when_encoded(comm::ControlPlane& world, const std::string& problem) {
+  constexpr int kTagEncoded = 7301;
+  std::string first = problem;
+  if (world.rank() == 0) {
+    for (int r = 1; r < world.size(); ++r) {
+      const std::string theirs = world.recv_text(r, kTagEncoded);
+      if (first.empty() && !theirs.empty()) first = str(theirs, " (rank ", r, ")");
+    }
+  } else {
+    world.send_text(0, kTagEncoded, problem);
+  }
+  return world.broadcast_idle(first);
+}
+
 void check_options(const TextPrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     throw ConfigError(str("--val-fraction ", o.val_fraction,
@@ -229,8 +246,8 @@ std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
   }
   std::vector<std::uint32_t> train = std::move(mine_train), val = std::move(mine_val);
   if (world && world->size() > 1) {
-    world->broadcast_idle("");  // ranks finish encoding at different times: wait unwatched
-    if (auto first = world->first_problem(problem)) throw DataError(first->second);
+    const std::string first = agree_when_encoded(*world, problem);
+    if (!first.empty()) throw DataError(first);
     std::vector<std::int64_t> counts;
     train = gather_ids(*world, train, counts);
     val = gather_ids(*world, val, counts);
