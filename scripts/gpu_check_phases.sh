@@ -192,8 +192,10 @@ res = {"phase": "gpt_hpctrain", "ok": rc == 0}
 res.update({k: h.get(k) for k in ("tokens_per_s", "flops_per_s", "step_time_s", "parameters",
                                   "global_batch", "steps", "warmup_steps", "first_loss", "last_loss")})
 try:
-    peaks = json.load(open(ledger)).get("peak_device_memory_bytes_per_rank") or [None]
+    doc = json.load(open(ledger))
+    peaks = doc.get("peak_device_memory_bytes_per_rank") or [None]
     res["peak_device_memory_bytes"] = max(peaks) if None not in peaks else None
+    res["kernels"] = doc.get("kernels")  # fused Adam, LibTorch's cross entropy
 except (OSError, ValueError):
     pass
 print(json.dumps(res))

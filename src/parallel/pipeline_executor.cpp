@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
@@ -180,7 +181,12 @@ PipelineTimes PipelineExecutor::run(const plan::PipelineSchedule& schedule,
   times.wall = seconds(start, t1);
   if (device) {
     device->add(kDeviceWall, device_start, device->mark());
-    const comm::DeviceTimer::Seconds on_device = device->resolve();
+    comm::DeviceTimer::Seconds on_device;
+    {
+      // The host waits for the device here: watched like any read of a device value.
+      runtime::HostSyncScope watch("pipeline timing events");
+      on_device = device->resolve();
+    }
     times.wait = on_device[kDeviceWait];
     times.wall = on_device[kDeviceWall];
   }
