@@ -191,7 +191,7 @@ sys.exit(1 if bad else 0)
 PY
 
 # --- the deadline: a hang cut to the remainder, the rest skipped, the JSON written -------------
-run_check deadline GPU_CHECK_DEADLINE_S=8 GPU_CHECK_ONLY=preflight,matmul_roof,nccl_allreduce,cnn_bench \
+run_check deadline GPU_CHECK_DEADLINE_S=20 GPU_CHECK_ONLY=preflight,matmul_roof,nccl_allreduce,cnn_bench \
   GPU_CHECK_HANG=matmul_roof
 rc=$?
 [[ $rc == 1 ]] || fail "past the deadline with a hung phase: exit $rc, not 1"

@@ -162,7 +162,9 @@ TEST(AdamKernel, FusedKernelMatchesTorchOptim) {
                               c.weight_decay, c.eps, name == "adamw");
     };
     if (!compat::fused_adam_runs_on(c10::DeviceType::CPU)) {
-      if (!compat::kHasFusedAdam) EXPECT_THROW(update(), std::logic_error);
+      if (!compat::kHasFusedAdam) {
+        EXPECT_THROW(update(), std::logic_error);
+      }
       GTEST_SKIP() << "LibTorch " << TORCH_VERSION
                    << " has no fused Adam kernel on the CPU (2.4 and later have)";
     }
