@@ -138,7 +138,7 @@ mkdir -p "$out" "$work"
 rm -rf "$work/phases" "$work/history" "$logs"
 mkdir -p "$work/phases" "$work/history" "$logs" "$runs"
 # $OUT holds only what comes back (this script's own files from an earlier run are replaced).
-rm -f "$out/gpu_check.json" "$out/logs.tar.gz" "$out"/*.tmp
+rm -f "$out/gpu_check.json" "$out/logs.tar.gz" "$out/build_errors.txt" "$out"/*.tmp
 log=$out/gpu_check.log
 : >"$log"
 start=$SECONDS
