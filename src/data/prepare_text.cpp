@@ -17,47 +17,10 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain::data {
 namespace {
-
-// Offset of the first byte that breaks UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
-// above U+10FFFF), or -1 when the text is valid.
-std::int64_t first_invalid_utf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const auto n = static_cast<std::int64_t>(text.size());
-  std::int64_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    int extra = 0;
-    unsigned char low = 0x80, high = 0xBF;  // allowed range of the first continuation byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + extra >= n) return i;  // cut short at the end of the file
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + k];
-      const unsigned char lo = k == 1 ? low : 0x80;
-      const unsigned char hi = k == 1 ? high : 0xBF;
-      if (cc < lo || cc > hi) return i;
-    }
-    i += 1 + extra;
-  }
-  return -1;
-}
 
 std::string read_text(const std::string& path) {
   const bool missing = runtime::path_type(path) == runtime::PathType::kMissing;
@@ -66,7 +29,7 @@ std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(str("text file '", path, "' cannot be opened for reading"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::int64_t bad = first_invalid_utf8(text);
+  const std::int64_t bad = runtime::first_invalid_utf8(text);
   if (bad >= 0) {
     throw DataError(
         str("text file '", path, "' is not UTF-8 text: invalid byte 0x", std::hex,

@@ -11,6 +11,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain {
 namespace {
@@ -56,41 +57,6 @@ const char* type_name() {
   if constexpr (std::is_floating_point_v<T>) return "a number";
   if constexpr (std::is_same_v<T, std::string>) return "a string";
   return "a list";
-}
-
-// The first byte offset of `text` that is not well-formed UTF-8, or npos.
-std::size_t invalid_utf8(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t extra = 0;
-    unsigned min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      min = 0x10000;
-    } else {
-      return i;
-    }
-    if (i + extra >= text.size()) return i;  // truncated sequence
-    unsigned code = c & (0x3F >> extra);
-    for (std::size_t k = 1; k <= extra; ++k) {
-      const auto d = static_cast<unsigned char>(text[i + k]);
-      if ((d & 0xC0) != 0x80) return i;
-      code = (code << 6) | (d & 0x3F);
-    }
-    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += extra + 1;
-  }
-  return std::string::npos;
 }
 
 // Rejects a map that holds a key twice, anywhere in the tree. yaml-cpp keeps both entries and
@@ -147,10 +113,11 @@ Config::Config()
 Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
   config.origin_ = origin;
-  if (const std::size_t bad = invalid_utf8(text); bad != std::string::npos) {
+  if (const std::int64_t bad = first_invalid_utf8(text); bad >= 0) {
     const auto line =
         std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
-    throw ConfigError(str(origin, ": byte 0x", std::hex, +static_cast<unsigned char>(text[bad]),
+    throw ConfigError(str(origin, ": byte 0x", std::hex,
+                          +static_cast<unsigned char>(text[static_cast<std::size_t>(bad)]),
                           std::dec, " at line ", line,
                           " is not UTF-8: a config is UTF-8 text; re-save it as UTF-8"));
   }
