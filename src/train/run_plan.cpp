@@ -185,16 +185,16 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
           "data.train is not set: give the training file in the config, or the size of an "
           "epoch with --samples N (or --tokens N)");
     }
-    if (!std::filesystem::exists(tc.data.train)) {
-      throw DataError(str("data.train = ", tc.data.train,
-                          ": no such file (relative paths are taken from the current "
-                          "directory); prepare it, or give the epoch size with --samples N"));
-    }
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
     expect.config_key = "data.train";
-    in.samples_per_epoch = static_cast<double>(
-        data::Dataset::open(tc.data.train, expect, tc.data.read_options())->info().num_samples);
+    try {  // a file, a directory, globs, a list or a weighted mixture, as training reads them
+      in.samples_per_epoch = static_cast<double>(
+          data::Dataset::open(tc.data.train, expect, tc.data.read_options())->info().num_samples);
+    } catch (const DataError& e) {
+      throw DataError(str(e.what(), " (relative paths are taken from the current directory; "
+                                    "or give plan the epoch size with --samples N)"));
+    }
   }
   if (in.epochs != std::floor(in.epochs)) {
     throw ConfigError(str("--epochs ", in.epochs, ": the trainer runs whole epochs"));
@@ -216,16 +216,16 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   } else if (o.sizes.eval_tokens > 0) {
     in.eval_samples_per_pass = std::floor(o.sizes.eval_tokens / in.tokens_per_sample);
   } else if (!tc.data.val.empty()) {
-    if (!std::filesystem::exists(tc.data.val)) {
-      throw DataError(str("data.val = ", tc.data.val,
-                          ": no such file; prepare it, or give the size of an evaluation with "
-                          "--eval-samples N"));
-    }
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
     expect.config_key = "data.val";
-    in.eval_samples_per_pass = static_cast<double>(
-        data::Dataset::open(tc.data.val, expect, tc.data.read_options())->info().num_samples);
+    try {
+      in.eval_samples_per_pass = static_cast<double>(
+          data::Dataset::open(tc.data.val, expect, tc.data.read_options())->info().num_samples);
+    } catch (const DataError& e) {
+      throw DataError(str(e.what(), " (or give plan the size of an evaluation with "
+                                    "--eval-samples N)"));
+    }
   }
   if (tc.eval.max_samples > 0) {
     in.eval_samples_per_pass =

@@ -97,5 +97,5 @@ expect_exit 2 "$TMP/noledger.txt" "$HPCTRAIN_BIN" plan --calibrate "$TMP/empty_r
 expect_grep "cannot read .*empty_run/ledger.json" "$TMP/noledger.txt"
 expect_exit 3 "$TMP/nodata.txt" "$HPCTRAIN_BIN" plan -c "$configs/fmnist-mlp.yaml" \
   --set data.train="$TMP/missing.h5"
-expect_grep "data.train = .*missing.h5: no such file.*--samples N" "$TMP/nodata.txt"
+expect_grep "data.train file .*missing.h5. does not exist.*--samples N" "$TMP/nodata.txt"
 finish

@@ -33,15 +33,23 @@ done <"$TMP/blocks.tsv"
 mixture=$(grep -l "weight: 0.7" "$TMP"/blocks/*[0-9].yaml | head -1)
 [[ -n $mixture ]] || fail "no block mixture found in docs/DATA.md"
 
-# Every shipped config loads too (they are examples as well), and adds the keys it reads.
+# Every shipped config loads too (they are examples as well), and adds the keys it reads; the
+# epoch's size is given, as their data is not the suite's (a TorchScript config gets a model).
+sizes=(--samples 10000 --eval-samples 1000)
 for config in "$src"/configs/*.yaml; do
-  expect_exit 0 "$TMP/plan-$(basename "$config").txt" "$HPCTRAIN_BIN" plan -c "$config" --devices 4
+  sets=()
+  grep -q "name: torchscript" "$config" && sets=(--set "model.file=$TMP/blocks/work/my_model.pt")
+  # (from the directory that holds data/fashion-mnist: a TorchScript model reads its input's shape)
+  (cd "$TMP/blocks/work" && expect_exit 0 "$TMP/plan-$(basename "$config").txt" "$HPCTRAIN_BIN" \
+    plan -c "$config" --devices 4 "${sizes[@]}" "${sets[@]}") || fail "shipped config $config"
 done
 # Keys read only in some configurations: pipelines, sharding, loss scaling, debug aids.
 expect_exit 0 "$TMP/plan-extra.txt" "$HPCTRAIN_BIN" plan -c "$src/configs/gpt-tiny.yaml" --devices 4 \
+  "${sizes[@]}" \
   --set parallel.pp=2 --set parallel.pp_schedule=interleaved --set parallel.pp_virtual=2 \
-  --set parallel.shard=optimizer --set parallel.shard_group=2
+  --set parallel.shard=optimizer --set parallel.shard_group=2 --set optim.grad_accumulation=2
 expect_exit 0 "$TMP/plan-shard.txt" "$HPCTRAIN_BIN" plan -c "$src/configs/gpt-tiny.yaml" --devices 4 \
+  "${sizes[@]}" \
   --set parallel.shard=full --set parallel.param_dtype=bfloat16 --set parallel.reduce_dtype=bfloat16 \
   --set parallel.reshard_after_forward=false
 "${helper[@]}" keys "$src" "$TMP/keys.txt" || fail "config keys missing from the docs (above)"

@@ -79,7 +79,11 @@ for row in "${table[@]}"; do
     # shellcheck disable=SC2206  # the command is split into words on purpose
     words=(${command//@/$path})
     runner=()
-    [[ $what == unreadable ]] && runner=("${as_nobody[@]}")
+    if [[ $what == unreadable ]]; then
+      runner=("${as_nobody[@]}")
+      # A run directory of its own: the earlier variants' (made by root) are not nobody's to write.
+      [[ ${words[0]} == train ]] && words+=(--set "run.dir=$T/nobody-$n")
+    fi
     log=$TMP/$n.txt
     n=$((n + 1))
     (cd "$T" && HOME=$T timeout -k 5 30 "${runner[@]}" "$HPCTRAIN_BIN" "${words[@]}") >"$log" 2>&1
