@@ -192,8 +192,9 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
       in.samples_per_epoch = static_cast<double>(
           data::Dataset::open(tc.data.train, expect, tc.data.read_options())->info().num_samples);
     } catch (const DataError& e) {
-      throw DataError(str(e.what(), " (relative paths are taken from the current directory; "
-                                    "or give plan the epoch size with --samples N)"));
+      throw DataError(str(e.what(),
+                          " (relative paths are taken from the current directory; "
+                          "or give plan the epoch size with --samples N)"));
     }
   }
   if (in.epochs != std::floor(in.epochs)) {
@@ -223,8 +224,9 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
       in.eval_samples_per_pass = static_cast<double>(
           data::Dataset::open(tc.data.val, expect, tc.data.read_options())->info().num_samples);
     } catch (const DataError& e) {
-      throw DataError(str(e.what(), " (or give plan the size of an evaluation with "
-                                    "--eval-samples N)"));
+      throw DataError(str(e.what(),
+                          " (or give plan the size of an evaluation with "
+                          "--eval-samples N)"));
     }
   }
   if (tc.eval.max_samples > 0) {
