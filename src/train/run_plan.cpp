@@ -191,6 +191,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     }
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
+    expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.train";
     in.samples_per_epoch = static_cast<double>(
         data::Dataset::open(tc.data.train, expect, tc.data.read_options())->info().num_samples);
@@ -222,6 +223,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     }
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
+    expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.val";
     in.eval_samples_per_pass = static_cast<double>(
         data::Dataset::open(tc.data.val, expect, tc.data.read_options())->info().num_samples);
