@@ -17,47 +17,10 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain::data {
 namespace {
-
-// Offset of the first byte that breaks UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
-// above U+10FFFF), or -1 when the text is valid.
-std::int64_t first_invalid_utf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const auto n = static_cast<std::int64_t>(text.size());
-  std::int64_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    int extra = 0;
-    unsigned char low = 0x80, high = 0xBF;  // allowed range of the first continuation byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + extra >= n) return i;  // cut short at the end of the file
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + k];
-      const unsigned char lo = k == 1 ? low : 0x80;
-      const unsigned char hi = k == 1 ? high : 0xBF;
-      if (cc < lo || cc > hi) return i;
-    }
-    i += 1 + extra;
-  }
-  return -1;
-}
 
 std::string read_text(const std::string& path) {
   const bool missing = runtime::path_type(path) == runtime::PathType::kMissing;
@@ -66,7 +29,7 @@ std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(str("text file '", path, "' cannot be opened for reading"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::int64_t bad = first_invalid_utf8(text);
+  const std::int64_t bad = runtime::first_invalid_utf8(text);
   if (bad >= 0) {
     throw DataError(
         str("text file '", path, "' is not UTF-8 text: invalid byte 0x", std::hex,
@@ -155,6 +118,23 @@ std::vector<std::uint32_t> gather_ids(comm::ControlPlane& world,
   return out;
 }
 
+// Waits until every rank has encoded its share, without the collective watchdog (shares take
+// different times: a large share must not look like a hang), and agrees on the lowest rank's
+// problem: "" when every rank succeeded. Each rank reports to rank 0, which answers all.
+std::string agree_when_encoded(comm::ControlPlane& world, const std::string& problem) {
+  constexpr int kTagEncoded = 7301;
+  std::string first = problem;
+  if (world.rank() == 0) {
+    for (int r = 1; r < world.size(); ++r) {
+      const std::string theirs = world.recv_text(r, kTagEncoded);
+      if (first.empty() && !theirs.empty()) first = str(theirs, " (rank ", r, ")");
+    }
+  } else {
+    world.send_text(0, kTagEncoded, problem);
+  }
+  return world.broadcast_idle(first);
+}
+
 void check_options(const TextPrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     throw ConfigError(str("--val-fraction ", o.val_fraction,
@@ -229,8 +209,8 @@ std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
   }
   std::vector<std::uint32_t> train = std::move(mine_train), val = std::move(mine_val);
   if (world && world->size() > 1) {
-    world->broadcast_idle("");  // ranks finish encoding at different times: wait unwatched
-    if (auto first = world->first_problem(problem)) throw DataError(first->second);
+    const std::string first = agree_when_encoded(*world, problem);
+    if (!first.empty()) throw DataError(first);
     std::vector<std::int64_t> counts;
     train = gather_ids(*world, train, counts);
     val = gather_ids(*world, val, counts);

@@ -14,8 +14,6 @@
 namespace hpctrain::data::detail {
 namespace {
 
-constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
-
 template <typename Token>
 void widen(const std::uint8_t* raw, std::int64_t first, std::int64_t count, std::int64_t* out) {
   const Token* src = reinterpret_cast<const Token*>(raw) + first;

@@ -72,6 +72,10 @@ double transformer_forward_flops_per_token(double non_embedding_parameters, std:
                                               static_cast<double>(width);
 }
 
+double transformer_head_flops_per_token(std::int64_t width, std::int64_t vocab) {
+  return 2.0 * static_cast<double>(width) * static_cast<double>(vocab);
+}
+
 double transformer_training_flops(double parameters, double tokens) {
   return 6.0 * parameters * tokens;
 }

@@ -2,6 +2,7 @@
 
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/parallel/data_parallel_strategy.hpp"
+#include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
@@ -17,6 +18,7 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
         item.second.numel() * static_cast<std::int64_t>(item.second.element_size());
   }
   facts.shard_optimizer = optimizer.sharded();
+  facts.optimizer_kernel = optimizer.kernel();
   facts.shard = parallel::shard_mode_name(dp.mode());
   const parallel::StrategyTraffic traffic = dp.traffic_per_step(cfg.optim.grad_accumulation);
   facts.dp_all_reduce_bytes = traffic.all_reduce_bytes;
@@ -29,6 +31,13 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
   if (g.recompute == model::Recompute::kBlock) mode = plan::RecomputeMode::kBlock;
   if (g.recompute == model::Recompute::kAttention) mode = plan::RecomputeMode::kAttention;
   facts.recompute = plan::recompute_name(mode);
+  const bool on_cpu = facts.device.rfind("cpu", 0) == 0;
+  facts.cross_entropy_kernel =
+      parallel::choose_cross_entropy(facts.tp,
+                                     on_cpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA) ==
+              parallel::CrossEntropyKernel::kLibTorch
+          ? "libtorch"
+          : "vocab parallel";
   const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
                                      g.vocab_size, g.mlp_ratio, g.tied_embeddings};
   facts.activation_bytes_estimate =

@@ -99,11 +99,12 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(shape);
     in.tokens_per_sample = static_cast<double>(g.seq_len);
     in.forward_flops_per_sample =
-        in.tokens_per_sample * plan::transformer_forward_flops_per_token(
-                                   in.non_embedding_parameters, g.layers, g.seq_len, g.width);
+        in.tokens_per_sample * (plan::transformer_forward_flops_per_token(
+                                    in.non_embedding_parameters, g.layers, g.seq_len, g.width) +
+                                plan::transformer_head_flops_per_token(g.width, g.vocab_size));
     in.flops_formula =
-        "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: 6 N D "
-        "plus attention";
+        "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
+        "non-embedding), training 3x: 6 N D plus attention and head";
   } else {
     if (pp > 1) {
       throw ConfigError(str("model.name = ", in.model_name,

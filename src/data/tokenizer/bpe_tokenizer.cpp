@@ -2,49 +2,13 @@
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain::data::detail {
 namespace {
 
-// Offset of the first byte that breaks UTF-8, or -1. PCRE2 is told the text is valid (checking
-// at every match would cost O(n) per piece), so it is checked once here.
-std::int64_t first_invalid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const std::size_t n = text.size();
-  std::size_t i = 0;
-  while (i < n) {
-    if (s[i] < 0x80) {
-      ++i;
-      continue;
-    }
-    int extra = 0;
-    unsigned char low = 0x80, high = 0xBF;
-    const unsigned char c = s[i];
-    if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return static_cast<std::int64_t>(i);
-    }
-    if (i + static_cast<std::size_t>(extra) >= n) return static_cast<std::int64_t>(i);
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + static_cast<std::size_t>(k)];
-      if (cc < (k == 1 ? low : 0x80) || cc > (k == 1 ? high : 0xBF)) {
-        return static_cast<std::int64_t>(i);
-      }
-    }
-    i += 1 + static_cast<std::size_t>(extra);
-  }
-  return -1;
-}
-
+// PCRE2 is told the text is valid (checking at every match would cost O(n) per piece), so
+// encode() checks it once.
 class BpeTokenizer final : public Tokenizer {
  public:
   explicit BpeTokenizer(BpeParts parts) : parts_(std::move(parts)) {
@@ -60,7 +24,7 @@ class BpeTokenizer final : public Tokenizer {
   }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
-    const std::int64_t bad = first_invalid_utf8(text);
+    const std::int64_t bad = runtime::first_invalid_utf8(text);
     if (bad >= 0) {
       throw DataError(str("text to encode is not UTF-8: invalid byte 0x", std::hex,
                           static_cast<int>(static_cast<unsigned char>(text[bad])), std::dec,

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "hpctrain/data/tokenizer.hpp"
@@ -110,6 +111,20 @@ TEST(TiktokenFile, LongPiecesMergeLikeShortOnes) {
     if (n % 2 == 1) expected.push_back('l');
     EXPECT_EQ(tok->encode(std::string(n, 'l')), expected) << n << " bytes";
   }
+}
+
+TEST(TiktokenFile, EncodesFromSeveralThreadsAtOnce) {
+  const std::string dir = make_temp_dir();
+  const auto tok = load_tokenizer(tiktoken_file(dir, "gpt2.tiktoken", {"he", "ll", "hell", "lo"}));
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += "hello hellx yellow " + std::to_string(i) + "\n";
+  const auto expected = tok->encode(text);
+  std::vector<std::vector<std::int64_t>> got(4);
+  std::vector<std::thread> threads;
+  for (auto& g : got) threads.emplace_back([&tok, &text, &g] { g = tok->encode(text); });
+  for (auto& t : threads) t.join();
+  for (const auto& g : got) EXPECT_EQ(g, expected);
+  EXPECT_EQ(tok->decode(expected), text);
 }
 
 TEST(TiktokenFile, RefusesMalformedFilesNamingTheLine) {
