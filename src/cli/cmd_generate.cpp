@@ -253,7 +253,7 @@ int run_generate(CommandContext& ctx, GenerateArgs& a) {
   return kExitOk;
 }
 
-const CommandRegistration reg = command<GenerateArgs>(
+const CommandRegistration generate_command = command<GenerateArgs>(
     "generate", "Continue prompts with a language model (checkpoint or model.init_from)",
     [](CLI::App& app, GenerateArgs& a) {
       app.add_option("--checkpoint", a.checkpoint,

@@ -214,7 +214,7 @@ MegatronIndex parse_index(const MappedFile& idx, const MappedFile& bin, const st
 }
 
 template <typename T>
-void widen(const std::uint8_t* src, std::int64_t count, std::int64_t* out) {
+void widen_ids(const std::uint8_t* src, std::int64_t count, std::int64_t* out) {
   for (std::int64_t t = 0; t < count; ++t) {
     out[t] = static_cast<std::int64_t>(load<T>(src + t * static_cast<std::int64_t>(sizeof(T))));
   }
@@ -223,12 +223,12 @@ void widen(const std::uint8_t* src, std::int64_t count, std::int64_t* out) {
 void widen_any(int code_bytes, bool is_signed, const std::uint8_t* src, std::int64_t count,
                std::int64_t* out) {
   switch (code_bytes * (is_signed ? -1 : 1)) {
-    case 1: widen<std::uint8_t>(src, count, out); break;
-    case -1: widen<std::int8_t>(src, count, out); break;
-    case 2: widen<std::uint16_t>(src, count, out); break;
-    case -2: widen<std::int16_t>(src, count, out); break;
-    case -4: widen<std::int32_t>(src, count, out); break;
-    default: widen<std::int64_t>(src, count, out); break;
+    case 1: widen_ids<std::uint8_t>(src, count, out); break;
+    case -1: widen_ids<std::int8_t>(src, count, out); break;
+    case 2: widen_ids<std::uint16_t>(src, count, out); break;
+    case -2: widen_ids<std::int16_t>(src, count, out); break;
+    case -4: widen_ids<std::int32_t>(src, count, out); break;
+    default: widen_ids<std::int64_t>(src, count, out); break;
   }
 }
 

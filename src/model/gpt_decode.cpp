@@ -30,13 +30,12 @@ torch::Tensor Gpt::forward_cached(const torch::Tensor& tokens, KvCache& cache) {
                         c10::toString(tokens.scalar_type()), " ", tokens.sizes()));
   }
   const std::int64_t t = tokens.size(1);
-  const torch::Tensor positions = cache.positions(t, tokens.device());
+  // A row whose continuation ended (its context full) is fed on while the batch's other rows
+  // go on: its positions may pass the table's last row, which they read instead; their outputs
+  // are not used. The generator keeps every live row inside the context.
+  const torch::Tensor positions =
+      cache.positions(t, tokens.device()).clamp_max(options_.seq_len - 1);
   if (tokens.numel() > 0) {
-    const auto last = positions.max().item<std::int64_t>();
-    if (last >= options_.seq_len) {
-      throw DataError(str("gpt: position ", last, " is past the model's context of model.seq_len = ",
-                          options_.seq_len, " tokens (its position table has that many rows)"));
-    }
     const auto lo = tokens.min().item<std::int64_t>();
     const auto hi = tokens.max().item<std::int64_t>();
     if (lo < 0 || hi >= options_.vocab_size) {

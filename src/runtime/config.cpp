@@ -113,7 +113,7 @@ Config::Config()
 Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
   config.origin_ = origin;
-  if (const std::int64_t bad = first_invalid_utf8(text); bad >= 0) {
+  if (const std::int64_t bad = runtime::first_invalid_utf8(text); bad >= 0) {
     const auto line =
         std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
     throw ConfigError(str(origin, ": byte 0x", std::hex,
