@@ -60,19 +60,19 @@ std::string key_of(const DatasetExpectation& expect) {
 
 std::vector<SourceSpec> parse_spec(const std::string& text, const DatasetExpectation& expect) {
   const std::string key = key_of(expect);
-  YAML::Node list;
+  YAML::Node loaded;
   try {
-    list = YAML::Load(text);
+    loaded = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw DataError(str(key, " = ", clip(text, 200), ": not a YAML list (", e.what(),
                         "): quote entries that hold YAML's flow characters, e.g. "
                         "[\"shard-0[0-4].h5\"]"));
   }
-  if (list.IsMap()) {  // one source: {path: PREFIX, format: megatron}
-    YAML::Node one(YAML::NodeType::Sequence);
-    one.push_back(list);
-    list = one;
-  }
+  // One source as a map ({path: PREFIX, format: megatron}) is a list of one. Built as a new node,
+  // never assigned over: yaml-cpp's assignment writes through to the node assigned to.
+  YAML::Node one(YAML::NodeType::Sequence);
+  if (loaded.IsMap()) one.push_back(loaded);
+  const YAML::Node list = loaded.IsMap() ? one : loaded;
   if (!list.IsSequence() || list.size() == 0) {
     throw DataError(str(key, " = ", clip(text, 200),
                         ": expected a non-empty list of files, globs or sources {path, weight}"));
