@@ -18,7 +18,7 @@ export HPCTRAIN_NPM=$npm_dir
 check() {
   "$PY" - "$@" <<'PY' || fail "$1: ONNX Runtime does not reproduce hpctrain eval"
 import json, os, subprocess, sys
-import h5py, numpy as np, torch
+import h5py, numpy as np, onnx, torch
 name, onnx_file, kind, data, n, saved, seq = sys.argv[1:8]
 n, seq = int(n), int(seq)
 with h5py.File(data) as f:
@@ -27,6 +27,9 @@ with h5py.File(data) as f:
         x = np.stack([t[i * seq:(i + 1) * seq] for i in range(n)])
     else:
         x = (np.arange(256) / 255.0).astype(np.float32)[f["inputs"][:n]]
+        # The export's input rank: the mlp reads flat [batch, 784] rows, the cnn images.
+        rank = len(onnx.load(onnx_file).graph.input[0].type.tensor_type.shape.dim)
+        x = x.reshape(n, -1) if rank == 2 else x
 tmp = os.environ["HPCTRAIN_TEST_TMP"]
 x.tofile(f"{tmp}/{name}.in")
 run = subprocess.run(["node", os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "scripts/onnx_runtime.js"),
