@@ -6,7 +6,14 @@
 # and PyTorch evaluating the same weights loaded with h5py (scripts/bench_eval_torch.py: 2
 # processes pinned to one core each, same canonical batches, h5py reads). Also --batch-size auto
 # and bf16 with the fp32 difference. Prints medians and ratios.
-#   scripts/bench_eval.sh [mlp|cnn|all] [REPEAT]
+# Then ONNX Runtime against LibTorch (docs/BENCHMARKS.md, "ONNX Runtime"): for the mlp, the cnn
+# and a gpt (byte-level, width 128, 4 layers, context 128, trained briefly on Debian's fortunes),
+# the checkpoint exported with `hpctrain export --format onnx` and run by npm's onnxruntime-node
+# (scripts/onnx_runtime.js; scripts/setup.sh installs it) on the same samples in the same batches
+# as `hpctrain eval` (one process, one thread each), alternating REPEAT times. ONNX Runtime's
+# samples/s counts its session runs on samples already in memory; hpctrain's its evaluation
+# loop with the reads. Prints medians and ratios.
+#   scripts/bench_eval.sh [mlp|cnn|gpt|all] [REPEAT]
 # shellcheck source=scripts/lib.sh
 source "$(dirname "$0")/lib.sh"
 which=${1:-all}
@@ -20,6 +27,7 @@ out=${BENCH_OUT:-/tmp/hpctrain-bench-eval}
 rm -rf "$out" && mkdir -p "$out"
 models=(mlp cnn)
 [[ $which != all ]] && models=("$which")
+[[ $which == gpt ]] && models=()
 declare -A steps=([mlp]=400 [cnn]=100)
 
 for model in "${models[@]}"; do
@@ -69,5 +77,69 @@ print(f"{model}: --batch-size auto chose {auto['batch_size']} -> {auto['samples_
 c = bf["bf16_vs_fp32"]
 print(f"{model}: bf16 {bf['samples_per_s']:,.0f} samples/s vs fp32 {c['fp32_samples_per_s']:,.0f}; "
       f"loss diff {c['loss_diff']:+.2e}, accuracy diff {c['accuracy_diff']:+.4f}")
+PY
+done
+
+# --- ONNX Runtime against LibTorch, one process x one thread, the same samples and batches ------
+export HPCTRAIN_NPM=${HPCTRAIN_NPM:-$PWD/${BUILD_DIR:-build}/npm}
+[[ -d $HPCTRAIN_NPM/node_modules/onnxruntime-node ]] || ./scripts/setup.sh >/dev/null
+ort_models=(mlp cnn gpt)
+[[ $which != all ]] && ort_models=("$which")
+declare -A ort_batch=([mlp]=1000 [cnn]=1000 [gpt]=64) ort_samples=([mlp]=10000 [cnn]=10000 [gpt]=512)
+for model in "${ort_models[@]}"; do
+  run=$out/$model
+  if [[ $model == gpt ]]; then
+    text=${TEXT_DIR:-data/text}
+    fortunes_text "$text"
+    "$bin" --threads 1 train -c configs/gpt-tiny.yaml --set "data.train=$text/train.h5" \
+      --set "data.val=$text/val.h5" --set run.max_steps=20 --set eval.every_steps=0 \
+      --set eval.at_end=false --set checkpoint.at_end=true --set "run.dir=$run" \
+      --set logging.progress=plain --resume none >"$out/gpt-train.log" 2>&1
+    eval_data=$text/val.h5
+  elif [[ ! -d $run ]]; then
+    "$bin" --threads 1 train -c "configs/fmnist-$model.yaml" --set "data.train=$data/train.h5" \
+      --set "data.val=$data/test.h5" --set "run.max_steps=${steps[$model]}" --set eval.every_steps=0 \
+      --set eval.at_end=false --set "run.dir=$run" --set logging.progress=plain --resume none \
+      >"$out/$model-train.log" 2>&1
+    eval_data=$data/test.h5
+  else
+    eval_data=$data/test.h5
+  fi
+  "$bin" -q export "$run" --format onnx --out "$out/$model.onnx" >"$out/$model-export.log" 2>&1
+  batch=${ort_batch[$model]}
+  n=${ort_samples[$model]}
+  /usr/bin/python3 - "$model" "$eval_data" "$n" "$out" <<'PY'
+import sys, h5py, numpy as np
+model, data, n, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with h5py.File(data) as f:
+    if model == "gpt":
+        t = f["tokens"][: n * 128 + 1].astype(np.int64)
+        x = np.stack([t[i * 128:(i + 1) * 128] for i in range(n)])
+    else:
+        x = (np.arange(256) / 255.0).astype(np.float32)[f["inputs"][:n]]
+x.tofile(f"{out}/{model}.ort-in")
+open(f"{out}/{model}.ort-shape", "w").write(",".join(map(str, x.shape)))
+PY
+  dtype=float32
+  [[ $model == gpt ]] && dtype=int64
+  for ((i = 1; i <= repeat; i++)); do
+    "$bin" --threads 1 eval --checkpoint "$run" --fp32 --batch-size "$batch" --max-samples "$n" \
+      --results "$out/$model-ort-libtorch$i" >"$out/$model-ort-libtorch$i.log" 2>&1
+    node scripts/onnx_runtime.js --model "$out/$model.onnx" --input "$out/$model.ort-in" \
+      --dtype $dtype --shape "$(cat "$out/$model.ort-shape")" --batch "$batch" --threads 1 \
+      >"$out/$model-ort$i.json"
+  done
+  /usr/bin/python3 - "$model" "$out" "$repeat" "$batch" "$n" <<'PY'
+import glob, json, statistics, sys
+model, out, repeat, batch, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+ours = [json.load(open(glob.glob(f"{out}/{model}-ort-libtorch{i}/step_*.json")[0]))["samples_per_s"]
+        for i in range(1, repeat + 1)]
+theirs = [json.load(open(f"{out}/{model}-ort{i}.json")) for i in range(1, repeat + 1)]
+o = statistics.median(ours)
+t = statistics.median(r["samples_per_s"] for r in theirs)
+runs = lambda xs: ", ".join(f"{x:,.0f}" for x in xs)
+print(f"{model}: LibTorch (hpctrain eval, 1 x 1 thread, batch {batch}, {n} samples) {o:,.0f} samples/s "
+      f"(runs: {runs(ours)}); {theirs[0]['runtime']} {t:,.0f} samples/s "
+      f"(runs: {runs(r['samples_per_s'] for r in theirs)}); ONNX Runtime / LibTorch = {t / o:.2f}x")
 PY
 done

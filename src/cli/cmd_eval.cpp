@@ -22,6 +22,7 @@ struct EvalArgs {
   bool bf16 = false;
   bool fp32 = false;
   int tp = 1;
+  std::vector<std::string> task;  ///< --task multiple-choice FILE
   eval::OfflineOptions options;
   CLI::App* app = nullptr;  ///< the command's parser: which options were given
 };
@@ -82,6 +83,21 @@ eval::OfflineOptions checked_options(const EvalArgs& a) {
         "--save-outputs writes the outputs of one evaluation: use it with --checkpoint");
   }
   if (!o.save_outputs.empty()) o.force = true;  // the outputs come from running it, not a result
+  if (!a.task.empty()) {
+    if (a.task.size() != 2 || a.task[0] != "multiple-choice") {
+      throw ConfigError("--task takes a kind and a file: --task multiple-choice FILE.jsonl");
+    }
+    if (!o.data.empty() || app->count("--split") > 0) {
+      throw ConfigError("--task scores its own file: drop --data and --split");
+    }
+    if (o.batch_size == "auto" || !o.save_outputs.empty() || o.compression.any() ||
+        o.compare_fp32 || a.bf16) {
+      throw ConfigError(
+          "--task multiple-choice runs in float32 with a fixed batch of examples: drop "
+          "--batch-size auto, --save-outputs, --quantize, --prune, --bf16 and --compare-fp32");
+    }
+    o.choice_file = a.task[1];
+  }
   return o;
 }
 
@@ -116,6 +132,10 @@ const CommandRegistration eval_command = command<EvalArgs>(
                      "training writes training_complete.json or --timeout passes");
       app.add_option("--data", a.options.data,
                      "Evaluate on this HDF5 file instead of a split of the stored config");
+      app.add_option("--task", a.task,
+                     "multiple-choice FILE.jsonl: accuracy and length-normalised accuracy on "
+                     "HellaSwag-layout examples {ctx, endings, label} (docs/EVAL.md)")
+          ->expected(2);
       app.add_option("--split", a.options.split,
                      "val (data.val, default), train (data.train) or test (data.test) of the "
                      "checkpoint's stored config");

@@ -20,6 +20,7 @@
 #include "export_safetensors.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/checkpoint/checkpoint.hpp"
+#include "hpctrain/data/dataset.hpp"
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/model/gpt.hpp"
@@ -54,7 +55,8 @@ std::string env_or(const char* name, const std::string& fallback) {
 // Runs scripts/export_model.py without a shell (no quoting of the model text) and returns its
 // exit status; its messages go to this process's stderr.
 int run_export_script(const std::string& model_text, const std::string& state_file,
-                      const std::string& format, const std::string& out, std::int64_t seq_len) {
+                      const std::string& format, const std::string& out, std::int64_t seq_len,
+                      const std::string& input_shape) {
   const std::string python = env_or("HPCTRAIN_PYTHON", "/usr/bin/python3");
   const std::string script =
       env_or("HPCTRAIN_SCRIPTS_DIR", std::string(HPCTRAIN_SOURCE_DIR) + "/scripts") +
@@ -69,6 +71,10 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
     args.push_back("--seq-len");
     args.push_back(std::to_string(seq_len));
   }
+  if (!input_shape.empty()) {
+    args.push_back("--input-shape");
+    args.push_back(input_shape);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -81,6 +87,27 @@ int run_export_script(const std::string& model_text, const std::string& state_fi
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// "1,28,28": one sample's shape of the run's training data (else validation data), for the ONNX
+// export of a TorchScript module. Throws ConfigError when neither file can be opened.
+std::string sample_shape_of(const eval::RunConfig& config, const std::string& dir) {
+  std::string why;
+  for (const std::string& path : {config.data().train, config.data().val}) {
+    if (path.empty()) continue;
+    try {
+      const auto dataset = data::Dataset::open(path);
+      std::string shape;
+      for (auto d : dataset->info().sample_shape) shape += (shape.empty() ? "" : ",") + str(d);
+      return shape;
+    } catch (const Error& e) {
+      why = e.what();
+    }
+  }
+  throw ConfigError(str("--format onnx of a TorchScript module traces it on one sample of the ",
+                        "run's data, but neither data.train nor data.val of ", dir,
+                        " opens", why.empty() ? std::string() : str(" (", why, ")"),
+                        ": export where the data is"));
 }
 
 // A gpt's context, model.seq_len (GptOptions' default when the section leaves it out).
@@ -200,8 +227,11 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
                   "\") returns it"));
     return 0;
   }
-  const int code =
-      run_export_script(config.model_text(), state_file, format, out.string(), opt.seq_len);
+  // A TorchScript module's ONNX graph is traced on one sample of the run's data (its shape).
+  const std::string input_shape =
+      torchscript_run && format == "onnx" ? sample_shape_of(config, dir) : std::string();
+  const int code = run_export_script(config.model_text(), state_file, format, out.string(),
+                                     opt.seq_len, input_shape);
   fs::remove(state_file);
   if (code != 0) {
     fs::remove(out.string() + ".tmp");
@@ -219,8 +249,10 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
                     gpt ? str("; int64 tokens [batch, ",
                               opt.seq_len > 0 ? opt.seq_len : gpt_context(config), "] -> logits")
                         : std::string(),
-                    "), checked with onnx.checker; no ONNX runtime is available here to "
-                    "run it")
+                    torchscript_run ? str("; traced on inputs [batch, ", input_shape, "]")
+                                    : std::string(),
+                    "), checked with onnx.checker; run it with ONNX Runtime, e.g. "
+                    "scripts/onnx_runtime.js (docs/EVAL.md)")
               : str("as a TorchScript module in evaluation mode",
                     gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
                           "length up to model.seq_len free)"

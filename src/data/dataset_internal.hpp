@@ -85,6 +85,11 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
 std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& path,
                                          const DatasetExpectation& expect,
                                          const ReadOptions& options);
+/// A Megatron indexed dataset PREFIX.bin + PREFIX.idx (megatron_dataset.cpp), validated: every
+/// field of the index against both files' sizes, the token ids against expect.vocab_size (the
+/// model's; required: the format records no vocabulary). Local.
+std::unique_ptr<Dataset> open_megatron(const std::string& prefix, const DatasetExpectation& expect,
+                                       const ReadOptions& options);
 std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
                                      const DatasetExpectation& expect, const ReadOptions& options);
 

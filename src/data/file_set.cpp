@@ -34,12 +34,21 @@ struct SourceSpec {
   std::vector<std::string> patterns;
   std::optional<double> weight;
   std::string name;
+  bool megatron = false;  ///< format: megatron (patterns are PREFIXes of .bin/.idx pairs)
 };
 
 struct ExpandedFile {
-  std::string path;
+  std::string path;  ///< a file, or a Megatron dataset's prefix
   std::string name;
+  bool megatron = false;
 };
+
+// One file of a dataset, by its format. Local.
+std::unique_ptr<Dataset> open_any(const ExpandedFile& file, const DatasetExpectation& expect,
+                                  const ReadOptions& options) {
+  return file.megatron ? open_megatron(file.path, expect, options)
+                       : open_file(file.path, expect, options);
+}
 
 bool has_wildcard(const std::string& text) {
   return text.find_first_of("*?[") != std::string::npos;
@@ -51,14 +60,19 @@ std::string key_of(const DatasetExpectation& expect) {
 
 std::vector<SourceSpec> parse_spec(const std::string& text, const DatasetExpectation& expect) {
   const std::string key = key_of(expect);
-  YAML::Node list;
+  YAML::Node loaded;
   try {
-    list = YAML::Load(text);
+    loaded = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw DataError(str(key, " = ", clip(text, 200), ": not a YAML list (", e.what(),
                         "): quote entries that hold YAML's flow characters, e.g. "
                         "[\"shard-0[0-4].h5\"]"));
   }
+  // One source as a map ({path: PREFIX, format: megatron}) is a list of one. Built as a new node,
+  // never assigned over: yaml-cpp's assignment writes through to the node assigned to.
+  YAML::Node one(YAML::NodeType::Sequence);
+  if (loaded.IsMap()) one.push_back(loaded);
+  const YAML::Node list = loaded.IsMap() ? one : loaded;
   if (!list.IsSequence() || list.size() == 0) {
     throw DataError(str(key, " = ", clip(text, 200),
                         ": expected a non-empty list of files, globs or sources {path, weight}"));
@@ -80,10 +94,18 @@ std::vector<SourceSpec> parse_spec(const std::string& text, const DatasetExpecta
     SourceSpec source;
     for (const auto& entry : item) {
       const std::string field = entry.first.as<std::string>();
-      if (field != "path" && field != "weight" && field != "name") {
+      if (field != "path" && field != "weight" && field != "name" && field != "format") {
         throw DataError(str(key, "[", i, "].", field,
-                            ": unknown field of a mixture source (path, weight, name)"));
+                            ": unknown field of a source (path, weight, name, format)"));
       }
+    }
+    if (item["format"]) {
+      const std::string format = item["format"].Scalar();
+      if (format != "hdf5" && format != "megatron") {
+        throw DataError(str(key, "[", i, "].format = ", format,
+                            ": must be hdf5 (the default) or megatron (PREFIX.bin + PREFIX.idx)"));
+      }
+      source.megatron = format == "megatron";
     }
     const YAML::Node path = item["path"];
     if (path && path.IsScalar()) {
@@ -131,6 +153,32 @@ std::vector<SourceSpec> parse_spec(const std::string& text, const DatasetExpecta
   return sources;
 }
 
+// Expands a Megatron source's pattern into prefixes: a prefix as it is, a glob through the
+// .idx files it matches (data/web_* finds data/web_00.idx, ...).
+std::vector<ExpandedFile> expand_megatron(const std::string& pattern, const std::string& key) {
+  if (!has_wildcard(pattern)) {
+    return {{pattern, fs::path(pattern).filename().string(), true}};
+  }
+  std::vector<ExpandedFile> out;
+  glob_t matches{};
+  const std::string idx_pattern = pattern + ".idx";
+  const int rc = ::glob(idx_pattern.c_str(), GLOB_NOSORT, nullptr, &matches);
+  const std::size_t wild = pattern.find_first_of("*?[");
+  const std::size_t slash = pattern.rfind('/', wild);
+  const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
+  for (std::size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) {
+    std::string path = matches.gl_pathv[i];
+    path.resize(path.size() - 4);
+    out.push_back({path, path.substr(std::min(base, path.size())), true});
+  }
+  globfree(&matches);
+  if (out.empty()) {
+    throw DataError(str(key, " pattern '", pattern,
+                        "' matches no Megatron dataset (no PATTERN.idx file): check the prefix"));
+  }
+  return out;
+}
+
 // Expands one pattern into files with their names below the pattern's directory.
 std::vector<ExpandedFile> expand(const std::string& pattern, const std::string& key) {
   std::vector<ExpandedFile> out;
@@ -141,7 +189,7 @@ std::vector<ExpandedFile> expand(const std::string& pattern, const std::string& 
       for (const auto& entry : fs::directory_iterator(pattern, ec)) {
         const std::string ext = entry.path().extension().string();
         if ((ext == ".h5" || ext == ".hdf5") && entry.is_regular_file(ec)) {
-          out.push_back({entry.path().string(), entry.path().filename().string()});
+          out.push_back({entry.path().string(), entry.path().filename().string(), false});
         }
       }
       if (ec)
@@ -154,7 +202,7 @@ std::vector<ExpandedFile> expand(const std::string& pattern, const std::string& 
       return out;
     }
     // A plain file (checked, with its own messages, when it is opened).
-    return {{pattern, fs::path(pattern).filename().string()}};
+    return {{pattern, fs::path(pattern).filename().string(), false}};
   }
   glob_t matches{};
   const int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &matches);
@@ -165,7 +213,7 @@ std::vector<ExpandedFile> expand(const std::string& pattern, const std::string& 
   for (std::size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) {
     const std::string path = matches.gl_pathv[i];
     if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    out.push_back({path, path.substr(std::min(base, path.size()))});
+    out.push_back({path, path.substr(std::min(base, path.size())), false});
   }
   globfree(&matches);
   if (out.empty()) {
@@ -178,7 +226,7 @@ std::vector<ExpandedFile> expand(const std::string& pattern, const std::string& 
 std::vector<ExpandedFile> expand_source(const SourceSpec& source, const std::string& key) {
   std::vector<ExpandedFile> files;
   for (const auto& pattern : source.patterns) {
-    auto more = expand(pattern, key);
+    auto more = source.megatron ? expand_megatron(pattern, key) : expand(pattern, key);
     files.insert(files.end(), more.begin(), more.end());
   }
   // Sorted by name, byte-wise (glob's own order follows the locale).
@@ -242,7 +290,8 @@ std::string first_difference(const DatasetInfo& a, const DatasetInfo& b) {
     return str("target shape (", h5::shape_string(a.target_shape), " against ",
                h5::shape_string(b.target_shape), ")");
   }
-  if (a.input_dtype != b.input_dtype) {
+  // Token ids of any integer type widen to the same int64 ids: only other kinds must agree.
+  if (a.input_dtype != b.input_dtype && a.kind != DatasetKind::kLanguageModel) {
     return str("dtype (", a.input_dtype, " against ", b.input_dtype, ")");
   }
   if (a.input_scale != b.input_scale) {
@@ -263,10 +312,11 @@ std::string first_difference(const DatasetInfo& a, const DatasetInfo& b) {
 // max_open_files, the least recently read closed first.
 class ConcatDataset final : public Dataset {
  public:
-  ConcatDataset(DatasetInfo info, std::vector<DatasetInfo> files, DatasetExpectation expect,
-                ReadOptions options)
+  ConcatDataset(DatasetInfo info, std::vector<DatasetInfo> files,
+                std::vector<ExpandedFile> expanded, DatasetExpectation expect, ReadOptions options)
       : info_(std::move(info)),
         files_(std::move(files)),
+        expanded_(std::move(expanded)),
         expect_(std::move(expect)),
         options_(options),
         open_(files_.size()) {
@@ -339,7 +389,7 @@ class ConcatDataset final : public Dataset {
       recent_.pop_back();
       open_[last].reset();
     }
-    slot = open_file(files_[f].path, expect_, options_);
+    slot = open_any(expanded_[f], expect_, options_);
     if (slot->info().num_samples != files_[f].num_samples ||
         metadata_checksum(slot->info()) != metadata_checksum(files_[f])) {
       throw DataError(str(file_label(files_[f].path, expect_.config_key),
@@ -354,6 +404,7 @@ class ConcatDataset final : public Dataset {
 
   DatasetInfo info_;
   std::vector<DatasetInfo> files_;
+  std::vector<ExpandedFile> expanded_;
   DatasetExpectation expect_;
   ReadOptions options_;
   std::vector<std::int64_t> begin_;
@@ -376,7 +427,7 @@ std::vector<DatasetInfo> validate(const std::vector<ExpandedFile>& files,
   for (std::size_t f = static_cast<std::size_t>(rank); f < files.size();
        f += static_cast<std::size_t>(size)) {
     try {
-      auto dataset = open_file(files[f].path, one, options);
+      auto dataset = open_any(files[f], one, options);
       mine[std::to_string(f)] = info_to_json(dataset->info());
     } catch (const Error& e) {
       problem = e.what();
@@ -416,7 +467,11 @@ std::string metadata_checksum(const DatasetInfo& info) {
                          info.input_scale, "|", info.classes_declared ? info.num_classes : 0, "|",
                          info.vocab_size, "|", info.num_tokens, "|");
   struct stat st {};
-  if (!info.path.empty() && ::stat(info.path.c_str(), &st) == 0) text += std::to_string(st.st_size);
+  if (!info.path.empty() && ::stat(info.path.c_str(), &st) == 0) {
+    text += std::to_string(st.st_size);
+  } else if (!info.path.empty() && ::stat((info.path + ".bin").c_str(), &st) == 0) {
+    text += std::to_string(st.st_size);  // a Megatron dataset's prefix
+  }
   std::uint64_t h = 0xCBF29CE484222325ull;
   for (const unsigned char c : text) h = (h ^ c) * 0x100000001B3ull;
   return to_hex(h);
@@ -427,7 +482,8 @@ std::string metadata_checksum(const DatasetInfo& info) {
 std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExpectation& expect,
                                        const ReadOptions& options, comm::ControlPlane* group) {
   using namespace detail;
-  const bool list = !path.empty() && path.front() == '[';
+  // A YAML list, or one source as a map ({path: PREFIX, format: megatron}).
+  const bool list = !path.empty() && (path.front() == '[' || path.front() == '{');
   struct stat st {};
   const bool plain =
       !list && !has_wildcard(path) && !(::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode));
@@ -505,7 +561,8 @@ std::unique_ptr<Dataset> Dataset::open(const std::string& path, const DatasetExp
              " (data.batch_size x data-parallel ranks): use a smaller data.batch_size, "
              "fewer ranks, or more data"));
   }
-  return std::make_unique<ConcatDataset>(std::move(info), std::move(infos), expect, options);
+  return std::make_unique<ConcatDataset>(std::move(info), std::move(infos), std::move(files),
+                                         expect, options);
 }
 
 }  // namespace hpctrain::data

@@ -78,7 +78,8 @@ const CheckpointTriage::Digest& CheckpointTriage::digest(const std::string& path
   struct stat st {};
   if (runtime::path_type(path) != runtime::PathType::kRegular || ::stat(path.c_str(), &st) != 0) {
     throw DataError(str(key, " = ", path, " does not exist or is not a regular file",
-                        key == "--data" ? std::string(": check the path")
+                        key == "--data" || key.rfind("--task", 0) == 0
+                            ? std::string(": check the path")
                                         : std::string(": run from the directory the training ran "
                                                       "in (relative paths), or pass --data FILE")));
   }
@@ -154,7 +155,11 @@ CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const st
     key.checkpoint_xxh3 = manifest.value("manifest_xxh3", std::string());
     std::string tag;
     auto add_tag = [&tag](const std::string& part) { tag += (tag.empty() ? "" : "-") + part; };
-    if (!options_.data.empty()) {
+    if (!options_.choice_file.empty()) {
+      p.data_path = options_.choice_file;
+      p.data_key = "--task multiple-choice";
+      key.split = "multiple-choice";
+    } else if (!options_.data.empty()) {
       p.data_path = options_.data;
       p.data_key = "--data";
       key.split = options_.split_given ? options_.split : "file";
@@ -166,17 +171,23 @@ CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const st
     const Digest& d = digest(p.data_path, p.data_key);
     p.data_bytes = d.bytes;
     key.data_xxh3 = d.xxh3;
-    if (!options_.data.empty()) {
+    if (!options_.choice_file.empty()) {
+      add_tag(str("mc-", fs::path(p.data_path).stem().string(), "-", d.xxh3.substr(0, 8)));
+    } else if (!options_.data.empty()) {
       add_tag(str(key.split == "file" ? fs::path(p.data_path).stem().string() : key.split, "-",
                   d.xxh3.substr(0, 8)));
     } else if (key.split != "val") {
       add_tag(key.split);
     }
-    key.batch_size = options_.batch_size.empty() ? std::to_string(config.eval_batch_size())
-                                                 : options_.batch_size;
-    if (key.batch_size != std::to_string(config.eval_batch_size())) add_tag("bs" + key.batch_size);
-    key.max_samples = options_.max_samples >= 0 ? options_.max_samples : config.eval_max_samples();
-    if (key.max_samples != config.eval_max_samples()) add_tag(str("max", key.max_samples));
+    // Multiple choice counts examples per batch (8 unless --batch-size); no tag for it.
+    const std::string default_batch = options_.choice_file.empty()
+                                          ? std::to_string(config.eval_batch_size())
+                                          : std::string("8");
+    key.batch_size = options_.batch_size.empty() ? default_batch : options_.batch_size;
+    if (key.batch_size != default_batch) add_tag("bs" + key.batch_size);
+    const std::int64_t default_max = options_.choice_file.empty() ? config.eval_max_samples() : 0;
+    key.max_samples = options_.max_samples >= 0 ? options_.max_samples : default_max;
+    if (key.max_samples != default_max) add_tag(str("max", key.max_samples));
     p.precision = options_.precision.value_or(config.precision());
     key.precision = precision_name(p.precision);
     if (p.precision != config.precision()) add_tag(key.precision);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hpctrain/eval/eval_tasks.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -49,6 +50,7 @@ EvalConfig EvalConfig::from(ConfigSection& s) {
   }
   if (c.patience < 0) s.fail("patience", "must be >= 0 (0: no early stopping)");
   if (c.max_samples < 0) s.fail("max_samples", "must be >= 0");
+  read_eval_tasks(s);  // validated here; the trainer and offline evaluation read them again
   return c;
 }
 

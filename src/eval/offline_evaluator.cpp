@@ -4,6 +4,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,10 +17,13 @@
 #include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
+#include "hpctrain/data/multiple_choice.hpp"
+#include "hpctrain/data/tokenizer.hpp"
 #include "hpctrain/eval/batch_size_search.hpp"
 #include "hpctrain/eval/compression.hpp"
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/eval/model_setup.hpp"
+#include "hpctrain/eval/multiple_choice.hpp"
 #include "hpctrain/eval/result_store.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/model/model.hpp"
@@ -86,6 +90,14 @@ struct OfflineEvaluator::Impl {
                           data::Dataset& data, const std::string& model_text,
                           nlohmann::ordered_json& record);
   Outcome run_one(const std::string& run_dir, const std::string& dir, bool strict);
+  /// run_one's evaluation for --task multiple-choice (after the decision). Collective.
+  Outcome run_choice(const std::string& run_dir, const CheckpointDecision& decision,
+                     ResultStore& store);
+  /// World rank 0 writes `record` (metric `metric`) into `store` and logs `line`; any problem is
+  /// agreed on and thrown on every rank. Collective.
+  void commit(ResultStore& store, const CheckpointDecision& decision,
+              const nlohmann::ordered_json& record, const std::string& metric,
+              const std::function<void(const nlohmann::json& best)>& log_lines);
   /// Rank 0: a run trained with logging.tensorboard (it has RUN_DIR/tensorboard) gets the result
   /// as "offline_eval[/<tag>]/<field>" scalars at the checkpoint's step. Local.
   void tensorboard(const std::string& run_dir, const EvalKey& key, const EvalResult& result);
@@ -112,6 +124,7 @@ data::Dataset& OfflineEvaluator::Impl::dataset(const CheckpointDecision& decisio
   if (!d) {
     data::DatasetExpectation expect;
     expect.seq_len = config.model().seq_len;
+    expect.vocab_size = config.model().vocab_size;
     expect.config_key = decision.data_key;
     d = data::Dataset::open(decision.data_path, expect, config.data().read_options());
   }
@@ -249,6 +262,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     return Outcome::kDone;
   }
 
+  if (!options.choice_file.empty()) return run_choice(run_dir, decision, store);
   // Every rank: the same config text, so the same model, data and errors everywhere; an error
   // is agreed on and printed once (comm/startup_agreement.hpp).
   const bool compressed_checkpoint = !decision.compression.is_null();
@@ -256,6 +270,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   std::optional<RunConfig> stored;
   data::Dataset* data_file = nullptr;
   model::Model* built = nullptr;
+  std::vector<std::vector<data::ChoiceExample>> task_examples;  // eval.tasks of the run
   comm::StartupAgreement(*env.control.world).run([&] {
     stored.emplace(decision.config_text, decision.config_origin);
     data_file = &dataset(decision, *stored);
@@ -266,6 +281,14 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
       throw ConfigError(
           str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
               "tensor-parallel checkpoint is gathered to its logical tensors)"));
+    }
+    const auto& tasks = stored->eval_tasks();
+    if (!tasks.empty() && !compressed_checkpoint && !compress_now) {
+      const auto tokenizer = data::load_tokenizer(stored->data().tokenizer);
+      for (std::size_t i = 0; i < tasks.size(); ++i) {
+        task_examples.push_back(data::read_multiple_choice(
+            tasks[i].path, *tokenizer, str("eval.tasks[", i, "].path (", decision.config_origin, ")")));
+      }
     }
   });
   RunConfig& config = *stored;
@@ -354,19 +377,39 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
                                        decision.consumed_samples, result.seconds,
                                        env.grid.world_size(), result.samples);
   for (auto& [k, v] : extra.items()) record[k] = v;
+  if (!task_examples.empty()) {  // the run's eval.tasks, as its periodic evaluation records them
+    nlohmann::ordered_json tasks = nlohmann::ordered_json::object();
+    for (std::size_t i = 0; i < task_examples.size(); ++i) {
+      const EvalTask& t = config.eval_tasks()[i];
+      const ChoiceResult r = evaluate_multiple_choice(
+          model, task_examples[i], *env.control.dp, ChoiceOptions{t.batch_size, t.max_examples});
+      tasks[t.name] = choice_json(r);
+      log::info(str("eval step ", decision.step, " task ", t.name, ": ", choice_text(r)));
+    }
+    record["tasks"] = tasks;
+  }
   record["key"] = decision.key.to_json();
 
+  commit(store, decision, record, metric, [&](const nlohmann::json& best) {
+    log::info(detail::result_line(record, store.step_file(decision.key), best));
+    log::info(detail::cost_line(record.at("cost")));
+    if (record.contains("compression")) log::info(compression_line(record.at("compression")));
+    if (!compression_warning.empty()) log::warn(compression_warning);
+    tensorboard(run_dir, decision.key, result);
+  });
+  return Outcome::kEvaluated;
+}
+
+void OfflineEvaluator::Impl::commit(
+    ResultStore& store, const CheckpointDecision& decision, const nlohmann::ordered_json& record,
+    const std::string& metric, const std::function<void(const nlohmann::json& best)>& log_lines) {
   nlohmann::json problem;  // null: the result was written
   if (is_rank0()) {
     try {
       const nlohmann::json best =
           store.write(decision.key, record, metric, EvalResult::higher_is_better(metric));
       session.push_back(record);
-      log::info(detail::result_line(record, store.step_file(decision.key), best));
-      log::info(detail::cost_line(record.at("cost")));
-      if (record.contains("compression")) log::info(compression_line(record.at("compression")));
-      if (!compression_warning.empty()) log::warn(compression_warning);
-      tensorboard(run_dir, decision.key, result);
+      log_lines(best);
     } catch (const Error& e) {
       // Its exit code travels with it: a FIFO in the results directory is exit 2, like the
       // other files in the way.
@@ -377,6 +420,69 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   if (problem.is_object()) {
     throw AgreedError(problem.at("message").get<std::string>(), problem.at("code").get<int>());
   }
+}
+
+Outcome OfflineEvaluator::Impl::run_choice(const std::string& run_dir,
+                                           const CheckpointDecision& decision, ResultStore& store) {
+  std::optional<RunConfig> stored;
+  model::Model* built = nullptr;
+  std::vector<data::ChoiceExample> examples;
+  comm::StartupAgreement(*env.control.world).run([&] {
+    stored.emplace(decision.config_text, decision.config_origin);
+    built = &model_for(*stored);
+    built->clear_int8_linears();
+    if (built->task() != Task::kLanguageModel) {
+      throw ConfigError(str("--task multiple-choice scores language models; ", decision.dir,
+                            " holds a ", task_name(built->task()), " model"));
+    }
+    if (options.compression.any()) {
+      throw ConfigError("--task multiple-choice evaluates the float32 model: drop --quantize/--prune");
+    }
+    const auto tokenizer = data::load_tokenizer(stored->data().tokenizer);
+    examples = data::read_multiple_choice(decision.data_path, *tokenizer, decision.data_key);
+  });
+  auto records = model_records(*built);
+  manager(run_dir).load(decision.dir, records);
+  ChoiceOptions o;
+  o.batch_size = std::stoll(decision.key.batch_size);
+  o.max_examples = decision.key.max_samples;
+  const ChoiceResult r = evaluate_multiple_choice(*built, examples, *env.control.dp, o);
+  const auto& grid = env.grid;
+  nlohmann::ordered_json record{{"checkpoint", absolute(decision.dir)},
+                                {"step", decision.step},
+                                {"epoch", decision.epoch},
+                                {"split", decision.key.split},
+                                {"data", absolute(decision.data_path)},
+                                {"data_xxh3", decision.key.data_xxh3},
+                                {"data_bytes", decision.data_bytes},
+                                {"world_size", grid.world_size()},
+                                {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
+                                {"device", env.device.device},
+                                {"threads", env.device.threads},
+                                {"batch_size", o.batch_size},
+                                {"batch_size_requested", decision.key.batch_size},
+                                {"max_samples", decision.key.max_samples},
+                                {"precision", "fp32"},
+                                {"task", "multiple_choice"},
+                                {"samples", r.examples},
+                                {"eval_seconds", r.seconds},
+                                {"samples_per_s", r.examples_per_second}};
+  const nlohmann::ordered_json fields = choice_json(r);
+  for (const auto& [k, v] : fields.items()) record[k] = v;
+  record["metric"] = "accuracy";
+  record["config"] = absolute(decision.config_origin);
+  record["hpctrain_version"] = HPCTRAIN_VERSION;
+  record["created_at"] = utc_timestamp();
+  record["key"] = decision.key.to_json();
+  commit(store, decision, record, "accuracy", [&](const nlohmann::json& best) {
+    log::info(str("eval step ", decision.step, " (multiple choice, ", decision.data_path,
+                  "): ", choice_text(r), " in ", format_seconds(r.seconds), " (",
+                  static_cast<std::int64_t>(r.examples_per_second), " examples/s, batch ",
+                  o.batch_size, ") -> ", store.step_file(decision.key),
+                  best.is_null() ? std::string()
+                                 : str("; best accuracy so far: step ",
+                                       best.at("step").get<std::int64_t>())));
+  });
   return Outcome::kEvaluated;
 }
 

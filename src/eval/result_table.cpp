@@ -53,20 +53,25 @@ std::string result_table(const std::vector<nlohmann::json>& records,
     }
   }
   const bool lm = is_lm(records.back());
+  // Multiple choice (--task): accuracy and length-normalised accuracy instead of the loss.
+  const bool choice = records.back().contains("accuracy_norm");
   std::string out = str("results in ", dir, " (", records.front().value("split", std::string()),
                         ", ", records.front().at("key").value("precision", std::string()),
                         "; * best by ", metric, ", + evaluated now):\n");
   char line[200];
-  std::snprintf(line, sizeof line, "  %10s %9s %12s %12s %10s %12s\n", "step", "samples", "loss",
-                lm ? "perplexity" : "accuracy", "time", "samples/s");
+  std::snprintf(line, sizeof line, "  %10s %9s %12s %12s %10s %12s\n", "step", "samples",
+                choice ? "accuracy" : "loss",
+                choice ? "acc_norm" : (lm ? "perplexity" : "accuracy"), "time", "samples/s");
   out += line;
   for (const auto& r : records) {
     const auto step = r.at("step").get<std::int64_t>();
     std::snprintf(
         line, sizeof line, "%c%c%10lld %9lld %12.6f %12.6f %10s %12.0f\n",
         step == best_step ? '*' : ' ', now.count(step) ? '+' : ' ', static_cast<long long>(step),
-        static_cast<long long>(r.at("samples").get<std::int64_t>()), r.at("loss").get<double>(),
-        lm ? r.value("perplexity", 0.0) : r.at("accuracy").get<double>(),
+        static_cast<long long>(r.at("samples").get<std::int64_t>()),
+        choice ? r.value("accuracy", 0.0) : r.value("loss", 0.0),
+        choice ? r.value("accuracy_norm", 0.0)
+               : (lm ? r.value("perplexity", 0.0) : r.value("accuracy", 0.0)),
         format_seconds(r.at("eval_seconds").get<double>()).c_str(),
         r.at("samples_per_s").get<double>());
     out += line;

@@ -21,6 +21,7 @@ RunConfig::RunConfig(const std::string& text, const std::string& origin)
   }
   auto eval = config_.section("eval");
   eval_ = EvalConfig::from(eval);
+  tasks_ = read_eval_tasks(eval);
   auto run = config_.section("run");
   precision_ = PrecisionConfig::from(run);
   {

@@ -97,6 +97,25 @@ torch::Tensor GptAttention::core(const torch::Tensor& q, const torch::Tensor& k,
   return torch::bmm(probs, v);
 }
 
+torch::Tensor GptAttention::forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
+                                          KvCache& cache, std::int64_t layer) {
+  const std::int64_t batch = x.size(0);
+  const std::int64_t t = x.size(1);
+  // [3, B, H, t, hd]: q of the new positions; their k and v join the cache.
+  const torch::Tensor qkv_heads = int8_or_float(int8_owner, *qkv, x)
+                                      .view({batch, t, 3, local_heads_, head_dim_})
+                                      .permute({2, 0, 3, 1, 4});
+  const auto [k, v] = cache.append(layer, qkv_heads[1], qkv_heads[2]);  // [B, H, S, hd]
+  // The same function as core(): mask + q k^T / sqrt(hd), softmax, times v.
+  const torch::Tensor scores =
+      torch::matmul(qkv_heads[0], k.transpose(-2, -1))
+          .mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)))
+          .add_(mask);
+  const torch::Tensor context = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, t, hd]
+  return int8_or_float(int8_owner, *proj,
+                       context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
+}
+
 GptMlp::GptMlp(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
                std::uint64_t seed) {
   const std::int64_t d = options.width;
@@ -133,6 +152,12 @@ torch::Tensor GptBlock::forward(const torch::Tensor& x, const torch::Tensor& mas
   h = mlp->forward(ln2->forward(y));
   if (dropout_ > 0) h = torch::dropout(h, dropout_, is_training());
   return torch::add(y, h);
+}
+
+torch::Tensor GptBlock::forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
+                                      KvCache& cache, std::int64_t layer) {
+  const torch::Tensor y = torch::add(x, attn->forward_cached(ln1->forward(x), mask, cache, layer));
+  return torch::add(y, mlp->forward(ln2->forward(y)));
 }
 
 }  // namespace hpctrain::model

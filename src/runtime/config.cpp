@@ -213,8 +213,17 @@ void Config::check_unknown_keys() const {
   std::vector<std::string> leaves;
   collect_leaves(root_, "", leaves);
   std::vector<std::string> problems;
+  // A key read as a whole (a map, get_text_or_list: data.train = {path, format}) covers the
+  // leaves below it.
+  const auto covered = [this](const std::string& leaf) {
+    for (std::size_t dot = leaf.find('.'); dot != std::string::npos;
+         dot = leaf.find('.', dot + 1)) {
+      if (known_->count(leaf.substr(0, dot))) return true;
+    }
+    return known_->count(leaf) > 0;
+  };
   for (const auto& leaf : leaves) {
-    if (known_->count(leaf)) continue;
+    if (covered(leaf)) continue;
     std::string best;
     std::size_t best_distance = 4;
     for (const auto& known : *known_) {

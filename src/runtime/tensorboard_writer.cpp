@@ -103,6 +103,28 @@ std::string scalar_event(double wall_time, std::int64_t step,
   return e;
 }
 
+std::string text_event(double wall_time, std::int64_t step, const std::string& tag,
+                       const std::string& text) {
+  std::string plugin;
+  put_bytes(plugin, 1, "text");  // PluginData.plugin_name
+  std::string metadata;
+  put_bytes(metadata, 1, plugin);  // SummaryMetadata.plugin_data
+  std::string tensor;
+  put_tag(tensor, 1, 0);  // TensorProto.dtype = DT_STRING
+  put_varint(tensor, 7);
+  put_bytes(tensor, 2, "");    // TensorProto.tensor_shape: a scalar
+  put_bytes(tensor, 8, text);  // TensorProto.string_val
+  std::string v;
+  put_bytes(v, 1, tag);       // Value.tag
+  put_bytes(v, 8, tensor);    // Value.tensor
+  put_bytes(v, 9, metadata);  // Value.metadata
+  std::string summary;
+  put_bytes(summary, 1, v);
+  std::string e = event_header(wall_time, step);
+  put_bytes(e, 5, summary);  // Event.summary
+  return e;
+}
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -132,6 +154,11 @@ void TensorBoardWriter::add_scalars(std::int64_t step,
                                     const std::vector<std::pair<std::string, double>>& values) {
   if (values.empty()) return;
   write_record(scalar_event(now_seconds(), step, values));
+}
+
+void TensorBoardWriter::add_text(std::int64_t step, const std::string& tag,
+                                 const std::string& text) {
+  write_record(text_event(now_seconds(), step, tag, text));
 }
 
 void TensorBoardWriter::write_record(const std::string& payload) {

@@ -187,6 +187,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     }
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
+    expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.train";
     try {  // a file, a directory, globs, a list or a weighted mixture, as training reads them
       in.samples_per_epoch = static_cast<double>(
@@ -219,6 +220,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   } else if (!tc.data.val.empty()) {
     data::DatasetExpectation expect;
     expect.seq_len = seq_len;
+    expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.val";
     try {
       in.eval_samples_per_pass = static_cast<double>(

@@ -6,6 +6,7 @@
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "text_evaluation.hpp"
 
 namespace hpctrain::train {
 
@@ -136,6 +137,7 @@ TrainConfig TrainConfig::from(Config& config, const std::string& default_dir) {
       s.fail("straggler_threshold",
              "must be more than 1 (a factor over the median time of the ranks, e.g. 1.2)");
     }
+    read_sample_config(s);  // checked here; TextEvaluation reads the keys again
     c.logging.straggler_intervals =
         s.get<std::int64_t>("straggler_intervals", c.logging.straggler_intervals);
     if (c.logging.straggler_intervals < 1) {

@@ -91,6 +91,8 @@ struct Trainer::Impl : TrainerParts {
   comm::StopRequest stop_request(std::int64_t step, const Deadline& deadline) const;
   /// Evaluates at `step`; early stopping tells `policy`. Collective over the world.
   void run_eval(std::int64_t step, comm::StopAgreement& stop, RunLog& log, StopPolicy& policy);
+  /// logging.sample_every's sample after `step`. Collective over the world.
+  void run_sample(std::int64_t step, RunLog& log);
   /// A resumed run whose last job's stop interrupted the evaluation of this step: evaluates it
   /// first, and saves the step again with its metric so keep-best retention sees it. Collective.
   void run_owed_eval(comm::StopAgreement& stop, RunLog& log, StopPolicy& policy);
@@ -187,6 +189,7 @@ TrainOutcome Trainer::run() {
     if (m.evals->due(step, m.total_steps)) {
       clock.exclude([&] { m.run_eval(step, agreement, log, policy); });
     }
+    if (m.text && m.text->sample_due(step)) clock.exclude([&] { m.run_sample(step, log); });
     // Every rank agrees before anyone acts (docs/ARCHITECTURE.md): one collective per step
     // combines stop signals, the wall-time deadline and the state of the checkpoint saves.
     const comm::StopRequest agreed = agreement.agree(m.stop_request(step, deadline));
@@ -333,11 +336,19 @@ void Trainer::Impl::run_eval(std::int64_t step, comm::StopAgreement& stop, RunLo
                                 {"split", "val"},
                                 {"data", cfg.data.val}};
   eval::add_result_fields(record, result);
+  if (text) record["tasks"] = text->run_tasks(step, *model, *env.control.dp, log);
   log.record(record);
   log.line(eval_line(result, step));
   metric_at_step = result.metric(eval::metric_name(evals->metric()));
   metric_step = step;
   if (evals->record(result, step)) policy.early_stop(evals->early_stop_reason());
+}
+
+void Trainer::Impl::run_sample(std::int64_t step, RunLog& log) {
+  runtime::PhaseScope phase(runtime::Phase::kEvaluation);
+  dp->parameters_ready();
+  // Full sharding gathers the parameters inside forward() only: sample through it there.
+  text->sample(step, *model, cfg.parallel.shard != parallel::ShardMode::kFull, log);
 }
 
 void Trainer::Impl::run_owed_eval(comm::StopAgreement& stop, RunLog& log, StopPolicy& policy) {

@@ -98,6 +98,7 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
   p.global_batch = cfg.data.batch_size * grid.dp_size() * cfg.optim.grad_accumulation;
   data::DatasetExpectation expect;
   expect.seq_len = spec.seq_len;
+  expect.vocab_size = spec.vocab_size;
   expect.min_samples = p.global_batch;
   expect.config_key = "data.train";
   // Many files: the world's ranks split their validation (collective; a single file: local).
@@ -107,6 +108,7 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
   if (!cfg.data.val.empty()) {
     data::DatasetExpectation val_expect;
     val_expect.seq_len = spec.seq_len;
+    val_expect.vocab_size = spec.vocab_size;
     val_expect.config_key = "data.val";
     startup.agree();
     p.val_data = data::Dataset::open(cfg.data.val, val_expect, cfg.data.read_options(),
@@ -130,6 +132,7 @@ void TrainerBuilder::validate(TrainerParts& p, comm::StartupAgreement& startup) 
                           pipeline_part(cfg, grid.pp_rank())};
   auto model_section = config_.section("model");
   p.model = model::build_model(model_section, ctx);
+  p.text = TextEvaluation::make(config_, cfg, *p.model, grid.pp_size());
   config_.check_unknown_keys();
   const std::int64_t vocab = spec.vocab_size;
   const bool trial_forward = grid.pp_size() == 1;  // a stage cannot run alone

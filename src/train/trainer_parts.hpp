@@ -22,6 +22,7 @@
 #include "hpctrain/train/train_config.hpp"
 #include "hpctrain/train/trainer.hpp"
 #include "pipeline_step.hpp"
+#include "text_evaluation.hpp"
 #include "trainer_steps.hpp"
 
 namespace hpctrain::train {
@@ -52,6 +53,8 @@ struct TrainerParts {
   std::unique_ptr<StepRunner> steps;
   std::unique_ptr<checkpoint::Checkpointer> checkpoints;
   std::unique_ptr<eval::EvalSchedule> evals;
+  /// logging.sample_every and eval.tasks (null without either).
+  std::unique_ptr<TextEvaluation> text;
   TrainerState state;
   std::string resumed_from;  ///< checkpoint directory, if the run resumed
 

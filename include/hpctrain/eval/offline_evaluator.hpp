@@ -51,6 +51,10 @@ struct OfflineOptions {
   /// when compressing) to this file in PyTorch's format, one float32 tensor [samples, ...]
   /// (torch.load returns it); one process only. Empty: none.
   std::string save_outputs;
+  /// --task multiple-choice FILE: score the checkpoints on this HellaSwag-layout JSON-lines file
+  /// (docs/EVAL.md, "Multiple choice") instead of a data split; results are tagged
+  /// mc-<file stem>-<checksum>. Empty: the split's loss and accuracy.
+  std::string choice_file;
 };
 
 class OfflineEvaluator {

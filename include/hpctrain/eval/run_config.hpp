@@ -13,6 +13,7 @@
 
 #include "hpctrain/data/data_config.hpp"
 #include "hpctrain/eval/eval_schedule.hpp"
+#include "hpctrain/eval/eval_tasks.hpp"
 #include "hpctrain/model/model_spec.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/precision.hpp"
@@ -59,6 +60,8 @@ class RunConfig {
   const data::DataConfig& data() const { return data_; }
   /// The run's `eval` section (batch size, sample limit, metric), as training read it.
   const EvalConfig& eval() const { return eval_; }
+  /// The run's eval.tasks (eval_tasks.hpp), as training scored them. Local.
+  const std::vector<EvalTask>& eval_tasks() const { return tasks_; }
   std::int64_t eval_batch_size() const { return eval_.batch_size; }    ///< eval.batch_size
   std::int64_t eval_max_samples() const { return eval_.max_samples; }  ///< eval.max_samples
   Precision precision() const { return precision_.precision; }         ///< run.precision
@@ -74,6 +77,7 @@ class RunConfig {
   data::DataConfig data_;
   std::string test_path_;
   EvalConfig eval_;
+  std::vector<EvalTask> tasks_;
   PrecisionConfig precision_;
   model::ModelSpec model_;
   std::string model_text_;

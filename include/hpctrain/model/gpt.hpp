@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/model/kv_cache.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/model/recompute.hpp"
 #include "hpctrain/parallel/tensor_parallel_linear.hpp"
@@ -90,6 +91,11 @@ class GptAttention : public torch::nn::Module {
   /// x [B, T, D] (same on every tp rank) -> [B, T, D]; `mask` is the additive causal mask
   /// [T, T] (0 on and below the diagonal, -inf above) in x's dtype. Collective over tp.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// Incremental decoding: x [B, t, D] of the positions after cache.length(); appends their keys
+  /// and values as attention layer `layer` of `cache` and attends over every cached position;
+  /// `mask` is KvCache::mask(t) [B, 1, t, length + t]. Collective over tp.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& mask, KvCache& cache,
+                               std::int64_t layer);
 
   std::shared_ptr<parallel::ColumnParallelLinear> qkv;
   std::shared_ptr<parallel::RowParallelLinear> proj;
@@ -133,6 +139,10 @@ class GptBlock : public torch::nn::Module {
            std::uint64_t seed);
   /// [B, T, D] -> [B, T, D]. Collective over tp.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// The block over the positions after cache.length() (GptAttention::forward_cached). Collective
+  /// over tp.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& mask, KvCache& cache,
+                               std::int64_t layer);
 
   torch::nn::LayerNorm ln1{nullptr};
   std::shared_ptr<GptAttention> attn;
@@ -143,8 +153,9 @@ class GptBlock : public torch::nn::Module {
   double dropout_;
 };
 
-/// The GPT language model (see the top of this file).
-class Gpt : public Model {
+/// The GPT language model (see the top of this file); it decodes incrementally
+/// (model/kv_cache.hpp).
+class Gpt : public Model, public IncrementalDecoder {
  public:
   /// Builds the model for tp group `tp` (null or size 1: unsharded) with every weight drawn from
   /// (seed, parameter name), so any tp and any cut into stages start from the same logical
@@ -178,6 +189,19 @@ class Gpt : public Model {
   bool waits_for_parameters() const override { return true; }
   /// One unit per block (the embeddings, the final norm and the head form the root).
   std::vector<std::vector<std::string>> parameter_units() const override;
+  /// Incremental decoding of the whole model (not a pipeline stage): a cache of every block's
+  /// keys and values for this rank's heads. Local.
+  std::unique_ptr<KvCache> make_kv_cache(std::int64_t batch, std::int64_t capacity,
+                                         const torch::Tensor& padding) override;
+  /// Logits of the positions after cache.length() (positions numbered after each row's padding,
+  /// at most seq_len). Collective over tp.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache) override;
+  std::int64_t context_length() const override { return options_.seq_len; }
+  /// The vocabulary slices gathered over tp, padding columns dropped. Collective over tp.
+  torch::Tensor full_logits(const torch::Tensor& outputs) override;
+  /// -vocab_parallel_cross_entropy: no rank holds the full logits. Collective over tp.
+  torch::Tensor target_log_probs(const torch::Tensor& outputs,
+                                 const torch::Tensor& targets) override;
   /// Per sequence of seq_len tokens: 2 * N * T + 2 * layers * T^2 * width, N = logical
   /// non-embedding parameters (everything but wte, wpe and lm_head); the output head and
   /// causal masking are not counted (Kaplan et al. 2020). Training costs about 3x. Local.

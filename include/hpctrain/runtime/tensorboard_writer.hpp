@@ -22,6 +22,10 @@ std::uint32_t masked_crc32c(const void* data, std::size_t bytes);
 /// One TFRecord: the framing around `payload`. Local.
 std::string tfrecord(const std::string& payload);
 /// A serialised Event holding scalar summaries (`values`: tag, value). Local.
+/// An Event holding `text` under `tag` for TensorBoard's text plugin (SummaryMetadata plugin
+/// "text", a scalar DT_STRING tensor). Local.
+std::string text_event(double wall_time, std::int64_t step, const std::string& tag,
+                       const std::string& text);
 std::string scalar_event(double wall_time, std::int64_t step,
                          const std::vector<std::pair<std::string, double>>& values);
 
@@ -38,6 +42,9 @@ class TensorBoardWriter {
   /// Writes one Event with these scalars at `step` (wall time now). A failed write is reported
   /// once as a warning and the run goes on (the event file is a view, not the record). Local.
   void add_scalars(std::int64_t step, const std::vector<std::pair<std::string, double>>& values);
+  /// Writes one Event with `text` under `tag` at `step`, as TensorBoard's text plugin reads it
+  /// (a string tensor with plugin "text"; shown as markdown). Local.
+  void add_text(std::int64_t step, const std::string& tag, const std::string& text);
   /// The event file's path. Local.
   const std::string& path() const { return path_; }
 

@@ -5,7 +5,7 @@
 #  - export --format torchscript / onnx through scripts/gpt_torch_reference.py's Gpt: the
 #    TorchScript module reproduces hpctrain's evaluation of the same 100 sequences (loss within
 #    1e-5, the same token accuracy); the ONNX file passes onnx.checker and has the model's
-#    structure and weights (no ONNX runtime is available here to run it);
+#    structure and weights (e2e_onnx_runtime runs it in ONNX Runtime);
 #  - a --seq-len longer than the context is refused (exit 2, nothing written);
 #  - compress --quantize int8 (qkv, attention projection, MLP and the output head; int8 values
 #    and scales equal torch.quantization.quantize_dynamic's) and --prune (masks equal
@@ -43,7 +43,7 @@ for fmt in torchscript onnx; do
     --out "$TMP/gpt.$fmt"
   expect_grep "wrote $TMP/gpt.$fmt" "$TMP/export_$fmt.txt"
 done
-expect_grep "int64 tokens \[batch, 32\] -> logits.*no ONNX runtime is available here" \
+expect_grep "int64 tokens \[batch, 32\] -> logits.*run it with ONNX Runtime" \
   "$TMP/export_onnx.txt"
 expect_exit 2 "$TMP/bad_seq.txt" "$HPCTRAIN_BIN" export "$ckpt" --format onnx --seq-len 33 \
   --out "$TMP/long.onnx"

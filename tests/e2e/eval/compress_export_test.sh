@@ -29,7 +29,7 @@ for fmt in pytorch torchscript onnx; do
   expect_grep "wrote $TMP/model.$fmt" "$TMP/export_$fmt.txt"
 done
 expect_grep "cost: training to this checkpoint [0-9.e+-]+ rank-s" "$TMP/eval100.txt"
-expect_grep "no ONNX runtime is available here" "$TMP/export_onnx.txt"
+expect_grep "run it with ONNX Runtime" "$TMP/export_onnx.txt"
 "$PY" - "$TMP" "$ckpt" "$data/test.h5" <<'PY' || fail "exports do not reproduce hpctrain eval"
 import glob, json, os, sys
 import h5py, numpy as np, onnx, onnx.numpy_helper, torch, torch.nn.functional as F

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Multiple-choice evaluation (docs/EVAL.md, "Multiple choice"): 200 examples in HellaSwag's layout
+# generated from Debian's fortunes (the true continuation of a line among three from other
+# lines), a tiny byte-level gpt trained a few steps, then
+#  - `hpctrain eval --task multiple-choice` at 1, 2 and 3 ranks and at tp = 2: accuracy and
+#    length-normalised accuracy equal to the PyTorch reference's (scripts/
+#    multiple_choice_reference.py: one sequence at a time, no padding), the results in the store
+#    (step file tagged mc-<name>-<checksum>, results.jsonl) and a rerun skipped;
+#  - eval.tasks: the periodic evaluation records the task in metrics.jsonl ("tasks"), the offline
+#    evaluation of the same checkpoint carries it in its result, with the same numbers;
+#  - bad files: exit 3 naming the line and the field.
+source "$(dirname "$0")/../lib.sh"
+fortunes=/usr/share/games/fortunes
+expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/science" \
+  "$fortunes/wisdom" --out "$TMP/text" --val-fraction 0.1 || finish
+"$PY" - "$fortunes/fortunes" "$TMP/set.jsonl" <<'PY' || fail "cannot write the examples"
+import json, random, sys
+rng = random.Random(3)
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8", errors="replace")
+         if len(l.strip()) > 30 and l.strip() != "%"]
+rng.shuffle(lines)
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    for i in range(200):
+        line = lines[i]
+        cut = rng.randint(10, len(line) - 12)
+        ctx, true = line[:cut], line[cut:].strip()
+        others = [l[rng.randint(5, len(l) - 8):].strip() for l in rng.sample(lines[200:], 3)]
+        label = rng.randrange(4)
+        endings = others[:label] + [true] + others[label:]
+        out.write(json.dumps({"ind": i, "activity_label": "fortunes", "ctx": ctx,
+                              "endings": endings, "label": label, "split": "val"}) + "\n")
+PY
+run=$TMP/run
+task="[{name: fortunes, type: multiple-choice, path: \"$TMP/set.jsonl\", max_examples: 60, batch_size: 6}]"
+expect_exit 0 "$TMP/train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \
+  -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set model.layers=2 --set model.width=32 \
+  --set model.heads=2 --set model.seq_len=64 --set "data.train=$TMP/text/train.h5" \
+  --set "data.val=$TMP/text/val.h5" --set "run.dir=$run" --set run.max_steps=40 \
+  --set data.batch_size=8 --set optim.lr=0.01 --set schedule.warmup_steps=5 \
+  --set eval.every_steps=40 --set eval.max_samples=64 --set "eval.tasks=$task" \
+  --set checkpoint.every_steps=40 --set logging.progress=plain || finish
+expect_grep "eval step 40 task fortunes: accuracy [0-9.]+, accuracy_norm [0-9.]+ \(60 examples\)" \
+  "$TMP/train.txt"
+ckpt=$run/checkpoints/step_00000040
+
+"$PY" "$HPCTRAIN_SOURCE_DIR/scripts/multiple_choice_reference.py" --checkpoint "$ckpt" \
+  --data "$TMP/set.jsonl" >"$TMP/ref.json" || fail "the reference failed"
+for launch in "1" "2" "3" "2 --tp 2"; do
+  np=${launch%% *}
+  extra=()
+  [[ $launch == *--tp* ]] && extra=(--tp 2)
+  name=np${np}${extra[*]:+_tp2}
+  cmd=("$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --task multiple-choice "$TMP/set.jsonl"
+    --results "$TMP/res_$name" --batch-size 7 "${extra[@]}")
+  ((np > 1)) && cmd=(mpirun_np "$np" "${cmd[@]}")
+  expect_exit 0 "$TMP/mc_$name.txt" "${cmd[@]}" || continue
+  expect_grep "eval step 40 \(multiple choice, .*set.jsonl\): accuracy [0-9.]+, accuracy_norm [0-9.]+ \(200 examples\)" \
+    "$TMP/mc_$name.txt"
+  "$PY" - "$TMP/res_$name" "$TMP/ref.json" <<'PY' || fail "$name: not the reference's accuracy"
+import glob, json, sys
+[path] = glob.glob(f"{sys.argv[1]}/step_00000040.mc-set-*.json")
+r = json.load(open(path))
+ref = json.load(open(sys.argv[2]))
+for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm"):
+    assert r[k] == ref[k], (k, r[k], ref[k])
+assert r["metric"] == "accuracy" and r["split"] == "multiple-choice", r
+lines = [json.loads(l) for l in open(f"{sys.argv[1]}/results.jsonl")]
+assert len(lines) == 1 and lines[0]["correct"] == ref["correct"], lines
+print(path.split("/")[-1], f"accuracy {r['accuracy']} ({r['correct']}/200), accuracy_norm",
+      f"{r['accuracy_norm']} ({r['correct_norm']}/200), as the reference; grid {r['grid']}")
+PY
+done
+expect_exit 0 "$TMP/mc_again.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --task multiple-choice \
+  "$TMP/set.jsonl" --results "$TMP/res_np1" --batch-size 7
+expect_grep "already evaluated" "$TMP/mc_again.txt"
+
+# eval.tasks: metrics.jsonl during training, the offline result of the same checkpoint, and
+# --task with --max-samples 60 give the same numbers.
+expect_exit 0 "$TMP/offline.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --results "$TMP/offline"
+expect_grep "eval step 40 task fortunes: accuracy" "$TMP/offline.txt"
+expect_exit 0 "$TMP/mc60.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --task multiple-choice \
+  "$TMP/set.jsonl" --max-samples 60 --results "$TMP/res60"
+"$PY" - "$run" "$TMP/offline" "$TMP/res60" <<'PY' || fail "eval.tasks numbers differ"
+import glob, json, sys
+run, offline, res60 = sys.argv[1:]
+rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+[ev] = [r for r in rows if r.get("type") == "eval" and r["step"] == 40]
+periodic = ev["tasks"]["fortunes"]
+[path] = glob.glob(f"{offline}/step_00000040.json")
+stored = json.load(open(path))["tasks"]["fortunes"]
+[path] = glob.glob(f"{res60}/step_00000040.mc-set-*.json")
+task = json.load(open(path))
+for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm"):
+    assert periodic[k] == stored[k] == task[k], (k, periodic[k], stored[k], task[k])
+assert periodic["examples"] == 60
+print("eval.tasks in metrics.jsonl, in the offline result and --task --max-samples 60 agree:",
+      {k: periodic[k] for k in ("correct", "correct_norm")})
+PY
+
+# Bad files: one message naming the line and field, exit 3.
+bad() {  # NAME LINE PATTERN
+  printf '%s\n' "$(head -1 "$TMP/set.jsonl")" "$2" >"$TMP/$1.jsonl"
+  expect_exit 3 "$TMP/bad_$1.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" \
+    --task multiple-choice "$TMP/$1.jsonl" --results "$TMP/bad_$1" &&
+    expect_grep "$3" "$TMP/bad_$1.txt"
+}
+bad label '{"ctx": "a", "endings": ["b", "c"], "label": 2}' "label.jsonl' line 2: field label = 2 is not an index of the 2 endings"
+bad noctx '{"endings": ["b", "c"], "label": 0}' "line 2: field ctx \(the context, a string\) is missing"
+bad one '{"ctx": "a", "endings": ["b"], "label": 0}' "line 2: field endings must be a list of at least two"
+bad json '{"ctx": "a", "endings": ' "line 2: not JSON"
+mkfifo "$TMP/fifo.jsonl"
+expect_exit 3 "$TMP/bad_fifo.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" \
+  --task multiple-choice "$TMP/fifo.jsonl" --results "$TMP/bad_fifo"
+expect_exit 2 "$TMP/bad_kind.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --task cloze "$TMP/set.jsonl"
+expect_grep "--task takes a kind and a file: --task multiple-choice FILE.jsonl" "$TMP/bad_kind.txt"
+finish
