@@ -25,7 +25,8 @@ Modes:
   --logits DIR --tokens T.npy --out L.npy: float32 logits [B, T, V] of the folder's model
   --train DIR -c CONFIG [--nproc N]: trains from the folder's weights on CONFIG's data, sample
        order and AdamW (as `hpctrain train` does with model.init_from: DIR), DistributedDataParallel
-       over gloo; prints one JSON line (losses, tokens/s). --steps overrides run.max_steps.
+       over gloo; prints one JSON line (losses, tokens/s). --steps overrides run.max_steps,
+       --global-batch G the sequences of a step (default data.batch_size x nproc).
 
 Needs torch and numpy (yaml and h5py for --train). Not a copy of any library's code.
 """
@@ -338,8 +339,9 @@ def train_worker(rank, args, port, queue):
         tokens = torch.from_numpy(f["tokens"][:].astype(np.int64))
     t = cfg["model"]["seq_len"]
     num_samples = (tokens.numel() - 1) // t
-    b = data.get("batch_size", 64) // args.nproc
-    g = b * args.nproc
+    # data.batch_size is per rank, as hpctrain's; --global-batch G gives G / nproc per process.
+    g = args.global_batch or data.get("batch_size", 64) * args.nproc
+    b = g // args.nproc
     total = args.steps or run.get("max_steps", 10)
     seed = run.get("seed", 1234)
     batches = data_order.global_batches(num_samples, g, seed, data.get("shuffle", True), total)
@@ -390,6 +392,8 @@ def main():
     p.add_argument("-c", "--config")
     p.add_argument("--steps", type=int, default=0)
     p.add_argument("--nproc", type=int, default=1)
+    p.add_argument("--global-batch", type=int, default=0,
+                   help="--train: sequences per step (default data.batch_size x nproc)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--no-pin", dest="pin", action="store_false")
