@@ -21,7 +21,8 @@ this wrong would give other logits than hpctrain, which rotates halves and reads
 Modes:
   --make-folder DIR --arch llama3|qwen2|qwen3|mistral [--kv-heads N] [--dtype f32|bf16]
        [--shards N] [--tied] [--seed S]: a tiny random model folder (config.json, weights as
-       model.safetensors or N shards with model.safetensors.index.json)
+       model.safetensors or N shards with model.safetensors.index.json); with --from-config
+       CONFIG, a random folder of the shape of CONFIG's model section (benchmarks)
   --logits DIR --tokens T.npy --out L.npy: float32 logits [B, T, V] of the folder's model
   --train DIR -c CONFIG [--nproc N]: trains from the folder's weights on CONFIG's data, sample
        order and AdamW (as `hpctrain train` does with model.init_from: DIR), DistributedDataParallel
@@ -292,6 +293,47 @@ def make_folder(path, arch, kv_heads, dtype, shards, tied, seed, layers=4):
     write_folder(path, cfg, state, shards)
 
 
+def make_folder_from_config(path, config, seed):
+    """A random folder of the shape of an hpctrain config's llama model section (benchmarks):
+    matrices N(0, 0.02^2), norms at 1."""
+    import yaml
+    m = yaml.safe_load(open(config))["model"]
+    heads = m.get("heads", 4)
+    arch = m.get("architecture", "llama")
+    hf_arch = {"llama": "llama3", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral"}[arch]
+    cfg = {"architectures": [ARCHS[hf_arch][0]], "model_type": ARCHS[hf_arch][1],
+           "vocab_size": m.get("vocab_size", 256), "hidden_size": m.get("width", 128),
+           "intermediate_size": m.get("ffn_width", 3 * m.get("width", 128)),
+           "num_hidden_layers": m.get("layers", 4), "num_attention_heads": heads,
+           "num_key_value_heads": m.get("kv_heads", heads),
+           "head_dim": m.get("head_dim", m.get("width", 128) // heads), "hidden_act": "silu",
+           "max_position_embeddings": m.get("max_positions", m.get("seq_len", 128)),
+           "rms_norm_eps": m.get("norm_eps", 1e-5), "rope_theta": float(m.get("rope_theta", 500000)),
+           "tie_word_embeddings": m.get("tied_embeddings", False), "attention_bias": False}
+    if m.get("qkv_bias") or m.get("qk_norm") or m.get("rope_scaling", "none") != "none":
+        raise SystemExit("--from-config: plain llama/mistral shapes only")
+    g = torch.Generator().manual_seed(seed)
+    s = shape_of(cfg)
+    d, hd, f = s["dim"], s["head_dim"], s["ffn"]
+    rnd = lambda *shape: torch.randn(*shape, generator=g) * 0.02
+    state = {"model.embed_tokens.weight": rnd(s["vocab"], d)}
+    for i in range(s["layers"]):
+        p = f"model.layers.{i}."
+        state[p + "input_layernorm.weight"] = torch.ones(d)
+        state[p + "self_attn.q_proj.weight"] = rnd(s["heads"] * hd, d)
+        state[p + "self_attn.k_proj.weight"] = rnd(s["kv_heads"] * hd, d)
+        state[p + "self_attn.v_proj.weight"] = rnd(s["kv_heads"] * hd, d)
+        state[p + "self_attn.o_proj.weight"] = rnd(d, s["heads"] * hd)
+        state[p + "post_attention_layernorm.weight"] = torch.ones(d)
+        state[p + "mlp.gate_proj.weight"] = rnd(f, d)
+        state[p + "mlp.up_proj.weight"] = rnd(f, d)
+        state[p + "mlp.down_proj.weight"] = rnd(d, f)
+    state["model.norm.weight"] = torch.ones(d)
+    if not s["tied"]:
+        state["lm_head.weight"] = rnd(s["vocab"], d)
+    write_folder(path, cfg, state)
+
+
 def write_folder(path, cfg, state, shards=1):
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as f:
@@ -384,6 +426,8 @@ def main():
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--tied", action="store_true")
+    p.add_argument("--from-config", metavar="CONFIG",
+                   help="--make-folder: the shape of CONFIG's model section instead of a tiny one")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--logits", metavar="DIR")
     p.add_argument("--tokens")
@@ -399,7 +443,9 @@ def main():
     p.add_argument("--no-pin", dest="pin", action="store_false")
     p.add_argument("--save", metavar="DIR", help="--train: write the trained weights as a folder")
     args = p.parse_args()
-    if args.make_folder:
+    if args.make_folder and args.from_config:
+        make_folder_from_config(args.make_folder, args.from_config, args.seed)
+    elif args.make_folder:
         make_folder(args.make_folder, args.arch, args.kv_heads, args.dtype, args.shards, args.tied,
                     args.seed, args.layers)
     elif args.logits:

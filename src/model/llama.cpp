@@ -117,7 +117,7 @@ Llama::Llama(const LlamaOptions& options, parallel::CommPtr tp, std::uint64_t se
       tp_(std::move(tp)),
       pipeline_(pipeline),
       chunks_(decoder_chunks(pipeline, options.layers)),
-      rope_(options) {
+      rope_(std::make_shared<RotaryTable>(options)) {
   const bool embeds = chunks_.front().embeds;
   const bool heads = chunks_.back().heads;
   // Registration order is the whole model's (wte, blocks, norm, lm_head), restricted to what this
@@ -132,20 +132,11 @@ Llama::Llama(const LlamaOptions& options, parallel::CommPtr tp, std::uint64_t se
   for (const DecoderChunk& chunk : chunks_) {
     for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
       const std::string prefix = str("blocks.", i);
-      auto block = std::make_shared<LlamaBlock>(options, tp_, prefix, seed);
+      auto block = std::make_shared<LlamaBlock>(options, tp_, prefix, seed, rope_);
       block->attn->int8_owner = this;
       block->mlp->int8_owner = this;
       blocks->register_module(std::to_string(i), block);
-      add_shards(prefix + ".attn.q", block->attn->q->shards());
-      add_shards(prefix + ".attn.k", block->attn->k->shards());
-      add_shards(prefix + ".attn.v", block->attn->v->shards());
-      for (const std::string& name : block->attn->replicated_names()) {
-        ShardInfo& info = shard_infos_[str(prefix, ".attn.", name)];
-        info.split_dim = -1;
-      }
-      add_shards(prefix + ".attn.o", block->attn->o->shards());
-      add_shards(prefix + ".mlp.gate_up", block->mlp->gate_up->shards());
-      add_shards(prefix + ".mlp.down", block->mlp->down->shards());
+      add_shards(prefix, block->shards());
       blocks_[i] = std::move(block);
     }
   }
@@ -217,21 +208,17 @@ torch::Tensor Llama::forward_chunk(int chunk_index, const torch::Tensor& input) 
     x = enter_unit(unit, x);
     if (options_.recompute == Recompute::kBlock && is_training()) {
       auto* b = block.get();
-      RotaryTable* rope = &rope_;
       x = recompute(
-          [b, mask, rope](const std::vector<torch::Tensor>& in) {
-            return b->forward(in[0], mask, *rope);
-          },
-          {x});
+          [b, mask](const std::vector<torch::Tensor>& in) { return b->forward(in[0], mask); }, {x});
     } else {
-      x = block->forward(x, mask, rope_);
+      x = block->forward(x, mask);
     }
     x = leave_unit(unit, x);
   }
   if (!chunk.heads) return x;
   wait_for_parameters(*norm);
   x = norm->forward(x);
-  if (lm_head) wait_for_parameters(*lm_head);
+  wait_for_parameters(options_.tied_embeddings ? static_cast<torch::nn::Module&>(*wte) : *lm_head);
   return options_.tied_embeddings ? wte->logits(x) : int8_or_float(this, *lm_head, x);
 }
 

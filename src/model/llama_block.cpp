@@ -63,8 +63,10 @@ torch::Tensor RotaryTable::rotate(const torch::Tensor& x) {
 }
 
 LlamaAttention::LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp,
-                               const std::string& name, std::uint64_t seed)
+                               const std::string& name, std::uint64_t seed,
+                               std::shared_ptr<RotaryTable> rope)
     : tp_(std::move(tp)),
+      rope_(std::move(rope)),
       local_heads_(options.heads / parallel::tp_size_of(tp_)),
       head_dim_(options.head_dim),
       kv_split_(options.kv_split(parallel::tp_size_of(tp_))),
@@ -107,13 +109,18 @@ LlamaAttention::LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp
   if (!identity) kv_index_ = torch::tensor(index, torch::kLong);
 }
 
-std::vector<std::string> LlamaAttention::replicated_names() const {
-  if (kv_split_ || parallel::tp_size_of(tp_) == 1) return {};
-  std::vector<std::string> out;
-  for (const auto* layer : {"k", "v"}) {
-    out.push_back(str(layer, ".weight"));
-    if (q->bias.defined()) out.push_back(str(layer, ".bias"));
+std::vector<std::pair<std::string, parallel::TensorShard>> LlamaAttention::shards() const {
+  std::vector<std::pair<std::string, parallel::TensorShard>> out;
+  auto add = [&out](const std::string& layer, const auto& shards) {
+    for (const auto& [name, shard] : shards) out.emplace_back(layer + "." + name, shard);
+  };
+  add("q", q->shards());
+  // Replicated k and v (built unsharded) stay out: replicated over tp.
+  if (kv_split_) {
+    add("k", k->shards());
+    add("v", v->shards());
   }
+  add("o", o->shards());
   return out;
 }
 
@@ -126,8 +133,7 @@ torch::Tensor LlamaAttention::project(parallel::ColumnParallelLinear& layer,
                               : torch::linear(x, layer.weight);
 }
 
-torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tensor& mask,
-                                      RotaryTable& rope) {
+torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const std::int64_t batch = x.size(0);
   const std::int64_t t = x.size(1);
   const torch::Tensor xf = parallel::copy_to_tp_region(x, tp_);
@@ -149,8 +155,8 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tenso
     kh = parallel::copy_to_tp_region(kh, tp_);
     vh = parallel::copy_to_tp_region(vh, tp_);
   }
-  qh = rope.rotate(qh);
-  kh = rope.rotate(kh);
+  qh = rope_->rotate(qh);
+  kh = rope_->rotate(kh);
   if (kv_index_.defined()) {
     if (kv_index_.device() != x.device()) kv_index_ = kv_index_.to(x.device());
     kh = kh.index_select(2, kv_index_);
@@ -187,20 +193,29 @@ torch::Tensor LlamaMlp::forward(const torch::Tensor& x) {
 }
 
 LlamaBlock::LlamaBlock(const LlamaOptions& options, parallel::CommPtr tp, const std::string& name,
-                       std::uint64_t seed) {
+                       std::uint64_t seed, std::shared_ptr<RotaryTable> rope) {
   attn_norm =
       register_module("attn_norm", std::make_shared<RmsNorm>(options.width, options.norm_eps));
-  attn =
-      register_module("attn", std::make_shared<LlamaAttention>(options, tp, name + ".attn", seed));
+  attn = register_module(
+      "attn", std::make_shared<LlamaAttention>(options, tp, name + ".attn", seed, std::move(rope)));
   mlp_norm =
       register_module("mlp_norm", std::make_shared<RmsNorm>(options.width, options.norm_eps));
   mlp = register_module("mlp", std::make_shared<LlamaMlp>(options, tp, name + ".mlp", seed));
 }
 
-torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const torch::Tensor& mask,
-                                  RotaryTable& rope) {
-  const torch::Tensor h = torch::add(x, attn->forward(attn_norm->forward(x), mask, rope));
+torch::Tensor LlamaBlock::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  const torch::Tensor h = torch::add(x, attn->forward(attn_norm->forward(x), mask));
   return torch::add(h, mlp->forward(mlp_norm->forward(h)));
+}
+
+std::vector<std::pair<std::string, parallel::TensorShard>> LlamaBlock::shards() const {
+  std::vector<std::pair<std::string, parallel::TensorShard>> out;
+  for (const auto& [name, shard] : attn->shards()) out.emplace_back("attn." + name, shard);
+  for (const auto& [name, shard] : mlp->gate_up->shards()) {
+    out.emplace_back("mlp.gate_up." + name, shard);
+  }
+  for (const auto& [name, shard] : mlp->down->shards()) out.emplace_back("mlp.down." + name, shard);
+  return out;
 }
 
 }  // namespace hpctrain::model

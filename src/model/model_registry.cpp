@@ -46,7 +46,7 @@ bool registry_builtin(const std::string& name) {
 std::string pipeline_refusal(const std::string& name, const PipelinePart& part) {
   return str("model.name = ", name, " cannot be cut into pipeline stages (parallel.pp = ", part.pp,
              part.virtual_stages > 1 ? str(" x parallel.pp_virtual = ", part.virtual_stages) : "",
-             "): only a model that defines its stages can (the built-in gpt); set "
+             "): only a model that defines its stages can (the built-in gpt and llama); set "
              "parallel.pp: 1 and use data or tensor parallelism, or parallel.shard_optimizer "
              "to save memory");
 }

@@ -151,12 +151,12 @@ class LlamaAttention : public torch::nn::Module {
  public:
   /// `name` is the state_dict prefix ("blocks.0.attn"). Local.
   LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp, const std::string& name,
-                 std::uint64_t seed);
+                 std::uint64_t seed, std::shared_ptr<RotaryTable> rope);
   /// x [B, T, D] (the same on every tp rank) -> [B, T, D]. Collective over tp.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask, RotaryTable& rope);
-  /// Parameters replicated across the tp group although their layer is tensor-parallel (k and v
-  /// when tp does not divide kv_heads), by name relative to this module. Local.
-  std::vector<std::string> replicated_names() const;
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// The tp split of the split parameters, by name relative to this module (q, o, and k and v
+  /// when tp divides kv_heads); the others are replicated. Local.
+  std::vector<std::pair<std::string, parallel::TensorShard>> shards() const;
 
   std::shared_ptr<parallel::ColumnParallelLinear> q, k, v;
   std::shared_ptr<parallel::RowParallelLinear> o;
@@ -168,6 +168,7 @@ class LlamaAttention : public torch::nn::Module {
   torch::Tensor project(parallel::ColumnParallelLinear& layer, const torch::Tensor& x);
 
   parallel::CommPtr tp_;
+  std::shared_ptr<RotaryTable> rope_;
   std::int64_t local_heads_;
   std::int64_t head_dim_;
   bool kv_split_;
@@ -190,14 +191,20 @@ class LlamaMlp : public torch::nn::Module {
   const Model* int8_owner = nullptr;
 };
 
-/// One pre-norm block: x + attn(rms(x)), then + mlp(rms(.)).
+/// One pre-norm block: x + attn(rms(x)), then + mlp(rms(.)). Shaped as a block of a decoder
+/// stack (forward of the residual stream and the causal mask, and the tp split of its
+/// parameters), so it moves onto a shared decoder base unchanged.
 class LlamaBlock : public torch::nn::Module {
  public:
-  /// `name` is the state_dict prefix ("blocks.0"). Local.
+  /// `name` is the state_dict prefix ("blocks.0"); `rope`, the model's rotary table, shared by
+  /// every block. Local.
   LlamaBlock(const LlamaOptions& options, parallel::CommPtr tp, const std::string& name,
-             std::uint64_t seed);
+             std::uint64_t seed, std::shared_ptr<RotaryTable> rope);
   /// [B, T, D] -> [B, T, D]. Collective over tp.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask, RotaryTable& rope);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// The tp split of the block's split parameters, by name inside the block
+  /// ("attn.q.weight"); every other parameter is replicated over tp. Local.
+  std::vector<std::pair<std::string, parallel::TensorShard>> shards() const;
 
   std::shared_ptr<RmsNorm> attn_norm;  ///< [D]
   std::shared_ptr<LlamaAttention> attn;
@@ -256,7 +263,7 @@ class Llama : public Model {
   std::map<std::string, ShardInfo> shard_infos_;
   std::map<std::int64_t, std::shared_ptr<LlamaBlock>> blocks_;
   CausalMask causal_mask_;
-  RotaryTable rope_;
+  std::shared_ptr<RotaryTable> rope_;
 };
 
 }  // namespace hpctrain::model
