@@ -251,10 +251,10 @@ def make_folder(path, arch, kv_heads, dtype, shards, tied, seed, layers=4):
         "initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2,
     }
     if arch == "llama3":
-        # original context 16: with head_dim 16 and theta 1e4 the wavelengths 6.3, 19.9, 62.8, ...
-        # fall in all three regions of the scaling (kept, blended, divided).
+        # original context 32: with head_dim 16 and theta 1e4 the wavelengths 6.3, 19.9, 62.8, ...
+        # fall in all three regions of the scaling (below 8 kept, 8 to 32 blended, above divided).
         cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
         cfg["attention_bias"] = False
         cfg["mlp_bias"] = False
     if arch == "qwen3":

@@ -45,6 +45,9 @@ RotaryTable::RotaryTable(const LlamaOptions& options) : seq_len_(options.seq_len
 
 torch::Tensor RotaryTable::rotate(const torch::Tensor& x) {
   if (!cos_.defined() || cos_.device() != x.device() || cos_.scalar_type() != x.scalar_type()) {
+    // Normal tensors even when first built in an inference-mode forward (evaluation): training
+    // saves them for backward, which inference tensors cannot be.
+    c10::InferenceMode normal(false);
     torch::NoGradGuard no_grad;
     const auto half = static_cast<std::int64_t>(frequencies_.size());
     const torch::Tensor w = torch::tensor(frequencies_, torch::kDouble);
@@ -158,7 +161,10 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tenso
   qh = rope_->rotate(qh);
   kh = rope_->rotate(kh);
   if (kv_index_.defined()) {
-    if (kv_index_.device() != x.device()) kv_index_ = kv_index_.to(x.device());
+    if (kv_index_.device() != x.device()) {
+      c10::InferenceMode normal(false);
+      kv_index_ = kv_index_.to(x.device());
+    }
     kh = kh.index_select(2, kv_index_);
     vh = vh.index_select(2, kv_index_);
   }

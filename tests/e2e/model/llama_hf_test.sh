@@ -216,7 +216,7 @@ compare "$TMP/ref_llama3.npy" "$TMP/extra.bin" 1e-5
 # at 2 ranks (one message), and the unknown architecture there too (exit 4).
 expect_exit 2 "$TMP/disagree.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/train.yaml" \
   --set "run.dir=$TMP/run_disagree" --set model.layers=3
-expect_grep "model.layers = 3: disagrees with .*qwen2/config.json: num_hidden_layers = 4" \
+expect_grep "model.layers = '3': disagrees with .*qwen2/config.json: num_hidden_layers = 4" \
   "$TMP/disagree.txt"
 expect_exit 4 "$TMP/unknown_train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/train.yaml" \
   --set "run.dir=$TMP/run_unknown" --set "model.init_from=$TMP/unknown"

@@ -61,7 +61,7 @@ const std::string& data_dir() {
 
 const char* kGqa =
     "{name: llama, vocab_size: 256, seq_len: 16, layers: 4, width: 32, heads: 4, kv_heads: 2, "
-    "ffn_width: 48, rope_theta: 10000, rope_scaling: llama3, rope_original_context: 8, "
+    "ffn_width: 48, rope_theta: 10000, rope_scaling: llama3, rope_original_context: 64, "
     "tied_embeddings: true, attention: explicit}";
 const char* kQwen3Mqa =
     "{name: llama, architecture: qwen3, vocab_size: 251, seq_len: 16, layers: 4, width: 32, "

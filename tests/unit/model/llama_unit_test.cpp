@@ -37,21 +37,22 @@ TEST(Llama, RopeScalingKeepsBlendsAndStretches) {
   o.rope.factor = 8;
   o.rope.low_freq_factor = 1;
   o.rope.high_freq_factor = 4;
-  o.rope.original_context = 16;
+  o.rope.original_context = 32;
   const RotaryTable table(o);
   ASSERT_EQ(table.frequencies().size(), 8u);
   constexpr double kPi = 3.14159265358979323846;
-  // j = 0: wavelength 2 pi < 16 / 4: kept. j = 1: 2 pi 10^0.5 = 19.9 > 16: divided by 8.
+  // Wavelengths 2 pi / w_j = 6.3, 19.9, 62.8, ...: below 32 / 4 kept, between 32 / 4 and 32 / 1
+  // blended, above divided by the factor.
   EXPECT_DOUBLE_EQ(table.frequencies()[0], 1.0);
-  EXPECT_DOUBLE_EQ(table.frequencies()[1], std::pow(10000.0, -2.0 / 16) / 8);
-  // A theta whose j = 1 wavelength (2 pi 1000^(1/8) = 11.2) lies between 4 and 16: blended.
-  o.rope_theta = 1000;
-  const RotaryTable blended(o);
-  const double w = std::pow(1000.0, -2.0 / 16);
-  const double s = (16 / (2 * kPi / w) - 1) / (4 - 1);
-  EXPECT_NEAR(blended.frequencies()[1], (1 - s) * w / 8 + s * w, 1e-15);
-  EXPECT_GT(blended.frequencies()[1], w / 8);
-  EXPECT_LT(blended.frequencies()[1], w);
+  const double w1 = std::pow(10000.0, -2.0 / 16);
+  const double s = (32 / (2 * kPi / w1) - 1) / (4 - 1);
+  EXPECT_NEAR(table.frequencies()[1], (1 - s) * w1 / 8 + s * w1, 1e-15);
+  EXPECT_GT(table.frequencies()[1], w1 / 8);
+  EXPECT_LT(table.frequencies()[1], w1);
+  for (int j = 2; j < 8; ++j) {
+    EXPECT_DOUBLE_EQ(table.frequencies()[static_cast<std::size_t>(j)],
+                     std::pow(10000.0, -2.0 * j / 16) / 8);
+  }
 }
 
 const char* kQwen3 =
@@ -115,17 +116,17 @@ TEST(Llama, PublishedShapesHaveTheirPublishedSizes) {
   s.head_dim = 128;
   s.ffn_width = 14336;
   s.swiglu = true;
-  EXPECT_DOUBLE_EQ(plan::transformer_non_embedding_parameters(s) +
-                       plan::transformer_embedding_parameters(s),
-                   8030261248.0);
+  EXPECT_DOUBLE_EQ(
+      plan::transformer_non_embedding_parameters(s) + plan::transformer_embedding_parameters(s),
+      8030261248.0);
   s.layers = 16;
   s.width = 2048;
   s.head_dim = 64;
   s.ffn_width = 8192;
   s.tied_embeddings = true;
-  EXPECT_DOUBLE_EQ(plan::transformer_non_embedding_parameters(s) +
-                       plan::transformer_embedding_parameters(s),
-                   1235814400.0);
+  EXPECT_DOUBLE_EQ(
+      plan::transformer_non_embedding_parameters(s) + plan::transformer_embedding_parameters(s),
+      1235814400.0);
 }
 
 void expect_config_error(const std::string& yaml, const std::string& needle) {
@@ -138,11 +139,11 @@ void expect_config_error(const std::string& yaml, const std::string& needle) {
 }
 
 TEST(Llama, KeysAreChecked) {
-  expect_config_error("model: {name: llama, heads: 4, kv_heads: 3}", "model.kv_heads = 3");
-  expect_config_error("model: {name: llama, heads: 4, head_dim: 7}", "model.head_dim = 7");
+  expect_config_error("model: {name: llama, heads: 4, kv_heads: 3}", "model.kv_heads = '3'");
+  expect_config_error("model: {name: llama, heads: 4, head_dim: 7}", "model.head_dim = '7'");
   expect_config_error("model: {name: llama, rope_scaling: yarn}", "model.rope_scaling");
   expect_config_error("model: {name: llama, seq_len: 64, max_positions: 32}",
-                      "model.max_positions = 32");
+                      "model.max_positions = '32'");
 }
 
 TEST(Llama, ConfigJsonSetsAndChecksTheKeys) {
@@ -154,8 +155,8 @@ TEST(Llama, ConfigJsonSetsAndChecksTheKeys) {
     "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 6, "rms_norm_eps": 1e-6,
     "rope_theta": 1000000.0, "max_position_embeddings": 64, "tie_word_embeddings": true,
     "hidden_act": "silu", "attention_bias": false})";
-  Config config = Config::parse(
-      "model: {name: llama, seq_len: 8, init_from: " + dir.string() + "}", "<test>");
+  Config config =
+      Config::parse("model: {name: llama, seq_len: 8, init_from: " + dir.string() + "}", "<test>");
   ConfigSection section = config.section("model");
   const LlamaOptions o = read_llama_options(section, 1);
   EXPECT_EQ(o.architecture, LlamaArchitecture::kQwen3);
@@ -175,14 +176,14 @@ TEST(Llama, ConfigJsonSetsAndChecksTheKeys) {
   EXPECT_EQ(back["num_key_value_heads"], 2);
   EXPECT_EQ(back["head_dim"], 6);
 
-  Config disagree = Config::parse(
-      "model: {name: llama, layers: 3, init_from: " + dir.string() + "}", "<test>");
+  Config disagree =
+      Config::parse("model: {name: llama, layers: 3, init_from: " + dir.string() + "}", "<test>");
   ConfigSection s2 = disagree.section("model");
   try {
     read_llama_options(s2, 1);
     ADD_FAILURE() << "no error for a disagreeing model.layers";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.layers = 3: disagrees with"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("model.layers = '3': disagrees with"), std::string::npos)
         << e.what();
     EXPECT_NE(std::string(e.what()).find("num_hidden_layers = 2"), std::string::npos) << e.what();
   }
