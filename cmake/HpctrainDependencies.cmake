@@ -28,6 +28,30 @@ add_library(hpctrain_xxhash INTERFACE)
 target_include_directories(hpctrain_xxhash SYSTEM INTERFACE ${XXHASH_INCLUDE_DIR})
 target_link_libraries(hpctrain_xxhash INTERFACE ${XXHASH_LIBRARY})
 
+# Tokenizers (docs/DATA.md, "Tokenizers"): PCRE2 runs the split patterns (Unicode properties,
+# case-insensitive groups, lookahead; JIT-compiled), ICU's common library normalizes Unicode.
+# PCRE2 has a pkg-config file on Debian but no CMake package in every release: look for both.
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(PC_PCRE2 QUIET libpcre2-8)
+endif()
+find_path(PCRE2_INCLUDE_DIR pcre2.h HINTS ${PCRE2_ROOT} ENV PCRE2_ROOT ${PC_PCRE2_INCLUDE_DIRS}
+          PATH_SUFFIXES include)
+find_library(PCRE2_LIBRARY NAMES pcre2-8 HINTS ${PCRE2_ROOT} ENV PCRE2_ROOT ${PC_PCRE2_LIBRARY_DIRS}
+             PATH_SUFFIXES lib lib64)
+if(NOT PCRE2_INCLUDE_DIR OR NOT PCRE2_LIBRARY)
+  message(FATAL_ERROR "hpctrain: PCRE2 (8-bit) not found. Install libpcre2-dev or set PCRE2_ROOT "
+                      "to a prefix holding include/pcre2.h and lib/libpcre2-8.so")
+endif()
+add_library(hpctrain_pcre2 INTERFACE)
+target_include_directories(hpctrain_pcre2 SYSTEM INTERFACE ${PCRE2_INCLUDE_DIR})
+target_link_libraries(hpctrain_pcre2 INTERFACE ${PCRE2_LIBRARY})
+find_package(ICU COMPONENTS uc)
+if(NOT ICU_FOUND)
+  message(FATAL_ERROR "hpctrain: ICU (libicuuc) not found. Install libicu-dev or set ICU_ROOT to "
+                      "its prefix")
+endif()
+
 add_library(hpctrain_hdf5 INTERFACE)
 target_include_directories(hpctrain_hdf5 SYSTEM INTERFACE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
 target_link_libraries(hpctrain_hdf5 INTERFACE ${HDF5_C_LIBRARIES} MPI::MPI_C)

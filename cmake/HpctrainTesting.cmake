@@ -20,6 +20,15 @@ set(HPCTRAIN_TEST_ENV
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCTRAIN_THREADS=1 HPCTRAIN_COLLECTIVE_TIMEOUT=90
     OMPI_MCA_btl_vader_single_copy_mechanism=none)
 
+# hpctrain_test_unity(NAME SOURCES...): a LibTorch test of several sources compiles them as one unit
+# (each would pay the PCH's ~15 s on its own; cmake/HpctrainTargets.cmake).
+function(hpctrain_test_unity name)
+  list(LENGTH ARGN count)
+  if(count GREATER 1)
+    hpctrain_unity(${name})
+  endif()
+endfunction()
+
 # hpctrain_unit_test(NAME SOURCES ... LIBS ... [TIMEOUT s] [NO_TORCH]): GoogleTest without MPI.
 # NO_TORCH: the test links only its LIBS (no LibTorch, no precompiled header): for pure targets.
 function(hpctrain_unit_test name)
@@ -31,6 +40,7 @@ function(hpctrain_unit_test name)
   target_link_libraries(${name} PRIVATE hpctrain_options GTest::gtest_main ${ARG_LIBS})
   if(NOT ARG_NO_TORCH)
     hpctrain_use_pch(${name})
+    hpctrain_test_unity(${name} ${ARG_SOURCES})
   endif()
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
@@ -50,6 +60,7 @@ function(hpctrain_mpi_test name)
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE hpctrain_options hpctrain_mpi_gtest_main ${ARG_LIBS})
   hpctrain_use_pch(${name})
+  hpctrain_test_unity(${name} ${ARG_SOURCES})
   foreach(n ${ARG_RANKS})
     add_test(NAME ${name}.np${n}
              COMMAND ${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS} ${MPIEXEC_NUMPROC_FLAG} ${n}

@@ -13,7 +13,8 @@
 # and its high-level library), yaml-cpp and mpirun with the kit's LD_LIBRARY_PATH: every "not
 # found" line, and every library the kit ships that resolved outside the kit, is a problem; the
 # highest glibc the kit's files need (objdump -T, or the kit's record of it where this machine
-# has no objdump) against this machine's; h5pcc's directories (the kit must be relocatable).
+# has no objdump) against this machine's; h5pcc's directories (the kit must be relocatable); and
+# whether the kit's `mpirun -np 1 true` works (mpirun_np1: "ok" or why not; a note, not a problem).
 # Needs bash, coreutils, ldd, python3 (standard library only); takes a second or two.
 set -uo pipefail
 
@@ -102,7 +103,7 @@ elif [[ $dev == cuda ]]; then
 fi
 
 # The highest glibc the kit's files need: objdump here, else what gpu_kit.sh recorded.
-needed='' needed_by='' needed_cxx='' source=''
+needed='' needed_by='' needed_cxx='' source='' mpirun_np1=''
 if [[ ! -f $kit/env.sh || ! -d $kit/prefix ]]; then
   problem "no kit at $kit (env.sh and prefix/ missing): run scripts/gpu_kit.sh and carry its folder"
 else
@@ -165,6 +166,23 @@ else
     fi
   done <<<"$ldd_out"
 
+  # Whether the kit's mpirun starts one process here: recorded, not a problem (hpctrain's one-rank
+  # runs are singletons, MPI_Init without a launcher; only multi-rank runs need mpirun).
+  mpirun=$kit/prefix/usr/bin/mpirun.openmpi
+  if [[ -e $mpirun ]]; then
+    np1_out=$(
+      set +u
+      # shellcheck disable=SC1091
+      source "$kit/env.sh" >/dev/null 2>&1 || exit 99
+      flags=()
+      [[ $(id -u) -eq 0 ]] && flags=(--allow-run-as-root)
+      timeout 20 "$mpirun" "${flags[@]}" -np 1 true 2>&1
+    )
+    rc=$?
+    mpirun_np1=ok
+    ((rc == 0)) || mpirun_np1="failed (exit $rc): $(head -c 300 <<<"$np1_out" | tr '\n' ' ')"
+  fi
+
   # h5pcc (FindHDF5 asks it for HDF5's directories) must name the kit where the kit is now.
   h5pcc=$kit/prefix/usr/bin/h5pcc.openmpi
   if [[ -x $h5pcc ]]; then
@@ -189,16 +207,16 @@ mkdir -p "$(dirname "$(realpath -m "$out")")"
 "$py" -c '
 import json, sys
 a = sys.argv[1:]
-out, ok, glibc, gpu, driver, nvcc, nvcc_path, needed, needed_by, needed_cxx, source, dev, reason = a[:13]
+out, ok, glibc, gpu, driver, nvcc, nvcc_path, needed, needed_by, needed_cxx, source, dev, reason, np1 = a[:14]
 null = lambda s: s if s else None
 doc = {"phase": "preflight", "ok": ok == "true", "glibc": null(glibc), "gpu": null(gpu),
        "driver": null(driver), "nvcc": null(nvcc), "nvcc_path": null(nvcc_path), "kit_glibc_needed": null(needed),
        "kit_glibc_needed_by": null(needed_by), "kit_glibcxx_needed": null(needed_cxx), "kit_glibc_from": null(source),
-       "device": dev, "problems": a[13:], "reason": reason}
+       "device": dev, "mpirun_np1": null(np1), "problems": a[14:], "reason": reason}
 with open(out, "w") as f:
     f.write(json.dumps(doc) + "\n")
 ' "$out" "$ok" "$glibc" "$gpu" "$driver" "$nvcc" "${nvcc:+$nvcc_bin}" "$needed" "$needed_by" "$needed_cxx" "$source" "$dev" \
-  "$reason" "${problems[@]}" || {
+  "$reason" "$mpirun_np1" "${problems[@]}" || {
   echo "gpu_preflight: could not write $out" >&2
   exit 1
 }

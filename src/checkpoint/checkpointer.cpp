@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "hpctrain/checkpoint/manifest.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -14,9 +15,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using runtime::seconds_since;
 
 }  // namespace
 

@@ -35,8 +35,8 @@ std::string list_names(const std::vector<std::string>& names, std::size_t shown)
   return out;
 }
 
-std::string problems_message(const std::string& key, const WeightsFile& file,
-                             const std::vector<std::string>& problems) {
+std::string hf_problems_message(const std::string& key, const WeightsFile& file,
+                                const std::vector<std::string>& problems) {
   constexpr std::size_t kShown = 40;
   std::string message =
       str(key, ": ", file.description(),
@@ -142,7 +142,7 @@ InitFromReport init_llama_from_hf(model::Model& model, const model::LlamaOptions
     const bool tied_head = options.tied_embeddings && t.name == kHead;
     if (expected.count(t.name) == 0 && !tied_head) unused.push_back(t.name);
   }
-  if (!problems.empty()) throw CheckpointError(problems_message(key, file, problems));
+  if (!problems.empty()) throw CheckpointError(hf_problems_message(key, file, problems));
   if (!unused.empty()) {
     report.warnings.push_back(str(file.description(), ": ", unused.size(),
                                   " tensor(s) of the file are used by no parameter and were not "

@@ -200,7 +200,31 @@ std::string checkpoint_dir_of(const std::string& path) {
                             "with a checkpoints/latest pointer: pass a step_<N> directory"));
 }
 
-ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume) {
+namespace {
+
+// verify(dir), then the reader's check of its manifest.
+Verification verify_for(const std::string& dir, const ManifestCheck& check) {
+  Verification v = verify(dir);
+  if (!v.ok || !check) return v;
+  try {
+    const std::string problem = check(read_manifest(dir));
+    if (!problem.empty()) {
+      v.ok = false;
+      v.reason = str("manifest.json: ", problem,
+                     ": the manifest was edited or damaged after it was written (its checksum "
+                     "was recomputed)");
+    }
+  } catch (const CheckpointError& e) {
+    v.ok = false;
+    v.reason = e.what();
+  }
+  return v;
+}
+
+}  // namespace
+
+ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume,
+                           const ManifestCheck& check) {
   ResumeChoice choice;
   if (resume.empty() || resume == "none") return choice;
   if (resume != "auto") {
@@ -208,7 +232,7 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
     struct stat st {};
     const std::string in_run = checkpoints_dir(run_dir) + "/" + resume;
     if (::stat(dir.c_str(), &st) != 0 && ::stat(in_run.c_str(), &st) == 0) dir = in_run;
-    const Verification v = verify(dir);
+    const Verification v = verify_for(dir, check);
     if (v.ok) {
       choice.path = dir;
     } else {
@@ -243,7 +267,7 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
         str(latest_path, " holds '", shown, "', not the name of a checkpoint (step_<N>): ignored"));
   }
   if (latest) {
-    const Verification v = verify(*latest);
+    const Verification v = verify_for(*latest, check);
     if (v.ok) {
       choice.path = *latest;
       return choice;
@@ -252,7 +276,7 @@ ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume
   }
   for (const std::string& dir : list_checkpoints(run_dir)) {
     if (latest && dir == *latest) continue;
-    const Verification v = verify(dir);
+    const Verification v = verify_for(dir, check);
     if (v.ok) {
       choice.path = dir;
       break;

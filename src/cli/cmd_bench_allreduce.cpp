@@ -154,7 +154,7 @@ int run_bench_allreduce(CommandContext& ctx, const BenchOptions& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<BenchOptions>(
+const CommandRegistration bench_allreduce_command = command<BenchOptions>(
     "bench allreduce", "All-reduce bandwidth table (size, time, algbw, busbw) with an MPI baseline",
     [](CLI::App& app, BenchOptions& opt) {
       app.add_option("--min-bytes", opt.min_bytes, "Smallest message (e.g. 64K)");

@@ -238,7 +238,7 @@ int run_bench_checkpoint(CommandContext& ctx, const BenchCheckpointOptions& opt)
   return 0;
 }
 
-const CommandRegistration reg = command<BenchCheckpointOptions>(
+const CommandRegistration bench_checkpoint_command = command<BenchCheckpointOptions>(
     "bench checkpoint",
     "Checkpoint save/load time and MB/s for a synthetic model; blocking time of background saves",
     [](CLI::App& app, BenchCheckpointOptions& opt) {

@@ -203,7 +203,7 @@ int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<BenchDataOptions>(
+const CommandRegistration bench_data_command = command<BenchDataOptions>(
     "bench data", "Sharded reader throughput (samples/s, MB/s) and data wait of a training loop",
     [](CLI::App& app, BenchDataOptions& opt) {
       app.add_option("--file", opt.file,

@@ -68,7 +68,7 @@ int run_bench_trace(CommandContext& ctx, const BenchTraceArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<BenchTraceArgs>(
+const CommandRegistration bench_trace_command = command<BenchTraceArgs>(
     "bench trace", "Cost of one logging.trace recording point, tracing off and on",
     [](CLI::App& app, BenchTraceArgs& opt) {
       app.add_option("--iterations", opt.iterations, "Scopes timed with tracing off")

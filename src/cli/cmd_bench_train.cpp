@@ -48,18 +48,18 @@ std::vector<nlohmann::json> train_records(const std::string& path) {
 }
 
 int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
-  Config config = Config::load(opt.config);
-  for (const auto& assignment : opt.overrides) config.set(assignment);
+  if (opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
   // A benchmark measures steps: nothing else runs inside the loop, and every step is logged so
   // that the warm-up steps can be left out.
+  std::vector<std::string> overrides = opt.overrides;
   for (const char* fixed :
        {"logging.every_steps=1", "logging.progress=off", "eval.every_steps=0", "eval.at_end=false",
         "checkpoint.every_steps=0", "checkpoint.every_minutes=0", "checkpoint.at_end=false"}) {
-    config.set(fixed);
+    overrides.emplace_back(fixed);
   }
-  if (opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
-  const parallel::ParallelConfig parallel = parallel::ParallelConfig::of(config);
-  Session session = make_session(ctx, parallel.tp, parallel.pp);
+  RunConfig run = load_run_config(ctx, opt.config, overrides);
+  Config& config = run.config;
+  Session session = make_session(ctx, run.parallel.tp, run.parallel.pp);
   const std::string default_dir = "runs/bench-" + std::filesystem::path(opt.config).stem().string();
   train::Trainer trainer(config, default_dir, environment(ctx, session), "none");
   const std::string run_dir = trainer.config().run.dir;
@@ -170,7 +170,7 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
   return outcome.exit_code;
 }
 
-const CommandRegistration reg = command<BenchTrainOptions>(
+const CommandRegistration bench_train_command = command<BenchTrainOptions>(
     "bench train",
     "Steady-state training throughput (tokens/s, FLOP/s) and tensor-parallel communication time "
     "per step of a config",

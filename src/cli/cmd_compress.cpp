@@ -137,7 +137,7 @@ int run_compress(CommandContext& ctx, const CompressArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<CompressArgs>(
+const CommandRegistration compress_command = command<CompressArgs>(
     "compress", "Write a pruned and/or int8 copy of a checkpoint (same format, verifiable)",
     [](CLI::App& app, CompressArgs& opt) {
       opt.app = &app;

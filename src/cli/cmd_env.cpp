@@ -171,7 +171,7 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<EnvOptions>(
+const CommandRegistration env_command = command<EnvOptions>(
     "env", "Print versions, MPI layout, grid and devices (paste it into bug reports)",
     [](CLI::App& app, EnvOptions& opt) {
       app.add_option("--tp", opt.tp, "Tensor-parallel size of the grid to report")

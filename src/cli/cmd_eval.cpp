@@ -102,7 +102,7 @@ int run_eval(CommandContext& ctx, EvalArgs& a) {
   return code;
 }
 
-const CommandRegistration reg = command<EvalArgs>(
+const CommandRegistration eval_command = command<EvalArgs>(
     "eval", "Evaluate checkpoints (one, every one of a run, or watch a training run)",
     [](CLI::App& app, EvalArgs& a) {
       a.app = &app;

@@ -234,8 +234,10 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<ExportArgs>(
-    "export", "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX",
+const CommandRegistration export_command = command<ExportArgs>(
+    "export",
+    "Write a checkpoint's model for other tools: PyTorch state_dict, TorchScript, ONNX, "
+    "safetensors",
     [](CLI::App& app, ExportArgs& opt) {
       opt.app = &app;
       app.add_option("checkpoint", opt.checkpoint,

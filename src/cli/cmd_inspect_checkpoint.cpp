@@ -163,7 +163,7 @@ int run_inspect_checkpoint(CommandContext& ctx, const InspectCheckpointArgs& opt
   return 0;
 }
 
-const CommandRegistration reg = command<InspectCheckpointArgs>(
+const CommandRegistration inspect_checkpoint_command = command<InspectCheckpointArgs>(
     "inspect checkpoint",
     "Describe and verify a checkpoint: manifest, files, tensors and how they were sharded",
     [](CLI::App& app, InspectCheckpointArgs& opt) {

@@ -22,7 +22,7 @@ int run_inspect_data(CommandContext& ctx, const InspectArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<InspectArgs>(
+const CommandRegistration inspect_data_command = command<InspectArgs>(
     "inspect data", "Describe a dataset file: schema, shapes, dtypes, chunking, first samples",
     [](CLI::App& app, InspectArgs& opt) {
       app.add_option("file", opt.file, "HDF5 dataset file")->required();

@@ -335,7 +335,7 @@ int run_plan(CommandContext& ctx, PlanOptions& options) {
   return 0;
 }
 
-const CommandRegistration reg = command<PlanOptions>(
+const CommandRegistration plan_command = command<PlanOptions>(
     "plan",
     "Estimate a run before it starts: FLOPs, wall time, device-hours, checkpoint size and "
     "interval (docs/PLAN.md)",

@@ -1,6 +1,7 @@
 // hpctrain prepare fashion-mnist | text | tokens | numpy: converts data into dataset files
-// (docs/DATA.md). Under mpirun, fashion-mnist and text run on world rank 0 while the others wait
-// for it without a watched collective; tokens and numpy split their output files over the ranks.
+// (docs/DATA.md). Under mpirun, fashion-mnist runs on world rank 0 while the others wait for it
+// without a watched collective; text splits its documents over the ranks; tokens and numpy split
+// their output files over the ranks.
 
 #include <chrono>
 #include <thread>
@@ -20,8 +21,6 @@ namespace {
 struct PrepareOptions {
   std::string out;
   std::string from;
-  std::vector<std::string> inputs;
-  double val_fraction = 0.1;
 };
 
 std::string command_line(const std::string& name, const std::vector<std::string>& args) {
@@ -118,16 +117,22 @@ int run_fashion_mnist(CommandContext& ctx, const PrepareOptions& opt) {
   });
 }
 
-int run_text(CommandContext& ctx, const PrepareOptions& opt) {
-  return run_on_rank0(ctx, [&opt] {
+int run_text(CommandContext& ctx, const data::TextPrepareOptions& opt) {
+  return run_on_every_rank(ctx, [&opt, &ctx](int, int ranks) {
     std::vector<std::string> args;
     for (const auto& in : opt.inputs) args.insert(args.end(), {"--in", in});
-    args.insert(args.end(), {"--out", opt.out, "--val-fraction", str(opt.val_fraction)});
-    return data::prepare_text(opt.inputs, opt.out, opt.val_fraction, command_line("text", args));
+    args.insert(args.end(), {"--out", opt.out_dir, "--val-fraction", str(opt.val_fraction),
+                             "--tokenizer", opt.tokenizer});
+    if (!opt.doc_separator.empty()) args.insert(args.end(), {"--doc-separator", opt.doc_separator});
+    data::TextPrepareOptions o = opt;
+    o.created_by = command_line("text", args);
+    if (ranks == 1) return data::prepare_text(o, nullptr);
+    comm::ControlPlane world(ctx.runtime.world(), "world");
+    return data::prepare_text(o, &world);
   });
 }
 
-const CommandRegistration fashion_mnist = command<PrepareOptions>(
+const CommandRegistration prepare_fashion_mnist_command = command<PrepareOptions>(
     "prepare fashion-mnist",
     "Convert Fashion-MNIST IDX files (Debian's dataset-fashion-mnist) to train.h5 and test.h5",
     [](CLI::App& app, PrepareOptions& opt) {
@@ -138,21 +143,31 @@ const CommandRegistration fashion_mnist = command<PrepareOptions>(
     },
     run_fashion_mnist, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration text = command<PrepareOptions>(
+const CommandRegistration prepare_text_command = command<data::TextPrepareOptions>(
     "prepare text",
-    "Byte-level tokenization of UTF-8 text files into train.h5 and val.h5 token files",
-    [](CLI::App& app, PrepareOptions& opt) {
+    "Tokenize UTF-8 text files into train.h5 and val.h5 token files (byte-level or a BPE "
+    "tokenizer; split over the ranks of mpirun)",
+    [](CLI::App& app, data::TextPrepareOptions& opt) {
       app.add_option("--in", opt.inputs, "UTF-8 text files (repeat or list several)")
           ->required()
           ->expected(1, -1);
-      app.add_option("--out", opt.out, "Output directory")->required();
+      app.add_option("--out", opt.out_dir, "Output directory")->required();
       app.add_option("--val-fraction", opt.val_fraction,
-                     "Fraction of each file (its tail) that goes to val.h5")
+                     "Fraction of each file (its tail) that goes to val.h5 (0: train.h5 alone)")
           ->capture_default_str();
+      app.add_option("--tokenizer", opt.tokenizer,
+                     "bytes, a tokenizer.json (or its folder), a folder with GPT-2's encoder.json "
+                     "+ vocab.bpe, or a tiktoken file such as cl100k_base.tiktoken")
+          ->capture_default_str();
+      app.add_option("--doc-separator", opt.doc_separator,
+                     "Documents that get the end-of-text token after them: file, blank-line "
+                     "(paragraphs) or none (default: file when the tokenizer has an end-of-text "
+                     "token, else none)")
+          ->check(CLI::IsMember({"file", "blank-line", "none"}));
     },
     run_text, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration tokens = command<data::TokenPrepareOptions>(
+const CommandRegistration prepare_tokens_command = command<data::TokenPrepareOptions>(
     "prepare tokens",
     "Token files (llm.c .bin, .npy, raw uint16/uint32 arrays) to language-modelling files",
     [](CLI::App& app, data::TokenPrepareOptions& opt) {
@@ -175,7 +190,7 @@ const CommandRegistration tokens = command<data::TokenPrepareOptions>(
     },
     run_tokens, runtime::Runtime::Start::kLocal);
 
-const CommandRegistration numpy = command<data::NumpyPrepareOptions>(
+const CommandRegistration prepare_numpy_command = command<data::NumpyPrepareOptions>(
     "prepare numpy",
     "NumPy .npy arrays to classification (--labels) or regression (--targets) files",
     [](CLI::App& app, data::NumpyPrepareOptions& opt) {

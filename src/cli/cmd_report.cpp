@@ -38,7 +38,7 @@ int run_report(CommandContext& ctx, const ReportArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<ReportArgs>(
+const CommandRegistration report_command = command<ReportArgs>(
     "report", "Write a run's report page: one self-contained HTML file",
     [](CLI::App& app, ReportArgs& opt) {
       app.add_option("run_dir", opt.run_dir, "Run directory (run.dir of a training run)")

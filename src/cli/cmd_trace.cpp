@@ -28,7 +28,7 @@ int run_trace_summary(CommandContext& ctx, const TraceArgs& opt) {
   return 0;
 }
 
-const CommandRegistration reg = command<TraceArgs>(
+const CommandRegistration trace_command = command<TraceArgs>(
     "trace summary",
     "Per step and rank of a run's trace.json: compute, communication (hidden, exposed), data "
     "wait, stragglers",
@@ -46,7 +46,7 @@ int run_trace_flight(CommandContext& ctx, const TraceArgs& opt) {
   return 0;
 }
 
-const CommandRegistration flight_reg = command<TraceArgs>(
+const CommandRegistration trace_flight_command = command<TraceArgs>(
     "trace flight",
     "Merges a run's flight recorder files (RUN_DIR/flight/rank-K.json): which rank a hang waited "
     "for, where every rank was, a table per channel",

@@ -93,13 +93,11 @@ void keep_global_batch(CommandContext& ctx, Config& config, const std::string& d
 }
 
 int run_train(CommandContext& ctx, const TrainOptions& opt) {
-  // Config, overrides and the grid shape are read and checked on every rank before any collective.
-  Config config = Config::load(opt.config);
-  for (const auto& assignment : opt.overrides) config.set(assignment);
-  const parallel::ParallelConfig parallel = parallel::ParallelConfig::of(config);
-  const int tp = parallel.tp;
-  const int pp = parallel.pp;
-  runtime::validate_grid(ctx.runtime.world_size(), tp, pp);  // before any collective
+  // Config, overrides and the grid shape are checked on every rank, then agreed on.
+  RunConfig run = load_run_config(ctx, opt.config, opt.overrides);
+  Config& config = run.config;
+  const int tp = run.parallel.tp;
+  const int pp = run.parallel.pp;
   const std::string default_dir = "runs/" + std::filesystem::path(opt.config).stem().string();
   const bool rank0 = ctx.runtime.world_rank() == 0;
   // The outcome of this start only: the previous start's file goes (a job script reads it).
@@ -115,8 +113,10 @@ int run_train(CommandContext& ctx, const TrainOptions& opt) {
   return outcome.exit_code;
 }
 
-const CommandRegistration reg = command<TrainOptions>(
-    "train", "Train a model from a YAML config (data and tensor parallel)",
+const CommandRegistration train_command = command<TrainOptions>(
+    "train",
+    "Train a model from a YAML config (data, tensor and pipeline parallel; sharded data "
+    "parallelism)",
     [](CLI::App& app, TrainOptions& opt) {
       app.add_option("-c,--config", opt.config,
                      "Run configuration (YAML), e.g. configs/fmnist-mlp.yaml")

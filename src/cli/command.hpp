@@ -46,7 +46,9 @@ struct CommandRegistration {
 /// Registers command `path` whose options are one `Options` value held by the registry (no
 /// command keeps file-scope option globals): `add_options` binds its fields to the command's CLI11
 /// options, `run` receives it once the command line is parsed. Local (static initialisation):
-///   const CommandRegistration reg = command<TrainOptions>("train", "...", add, run);
+///   const CommandRegistration train_command = command<TrainOptions>("train", "...", add, run);
+/// Name the registration after its command: the cli sources are compiled in unity batches, where
+/// file-local names of different files must differ.
 template <class Options>
 CommandRegistration command(std::string path, std::string description,
                             std::function<void(CLI::App&, Options&)> add_options,

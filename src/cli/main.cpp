@@ -3,6 +3,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +11,8 @@
 
 #include "command.hpp"
 #include "hpctrain/build_config.hpp"
+#include "hpctrain/comm/control_plane.hpp"
+#include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/agreed_error.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -45,7 +48,14 @@ CommandRegistration::CommandRegistration(std::string path, std::string descripti
   command.description = std::move(description);
   command.add_options = std::move(add_options);
   command.run = std::move(run);
-  command_registry().push_back(std::move(command));
+  // Static registrations run in the order the linker lays the objects out (unity batches change
+  // it): keep commands sorted by name, a group's subcommands in the order they registered.
+  std::vector<RegisteredCommand>& registry = command_registry();
+  auto at = std::upper_bound(registry.begin(), registry.end(), command.path.front(),
+                             [](const std::string& name, const RegisteredCommand& other) {
+                               return name < other.path.front();
+                             });
+  registry.insert(at, std::move(command));
 }
 
 namespace {
@@ -168,7 +178,16 @@ int run_main(int argc, char** argv) {
   CommandContext ctx{rt, global};
   try {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
-    for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
+    auto load_plugins = [&] {
+      for (const auto& plugin : global.plugins) model::load_plugin(plugin, "--plugin");
+    };
+    if (rt.mpi_started() && rt.world_size() > 1 && !global.plugins.empty()) {
+      // Every rank loads the same files: one message (comm/startup_agreement.hpp).
+      comm::ControlPlane world(rt.world(), "world");
+      comm::StartupAgreement(world).run(load_plugins);
+    } else {
+      load_plugins();
+    }
     return chosen->run(ctx);
   } catch (const Error& e) {
     if (dynamic_cast<const Agreed*>(&e) != nullptr) {

@@ -14,19 +14,10 @@
 #include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "mpi_reduce_op.hpp"
 
 namespace hpctrain::comm {
 namespace {
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
-  }
-  return MPI_SUM;
-}
 
 // Host messages are small; a length that does not fit an MPI count is a programming error.
 int checked_count(std::size_t n, const char* what) {

@@ -13,6 +13,7 @@
 #include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
+#include "mpi_reduce_op.hpp"
 
 namespace hpctrain::comm {
 namespace {
@@ -26,16 +27,6 @@ bool is_half_type(c10::ScalarType t) {
 
 bool is_integral(c10::ScalarType t) {
   return c10::isIntegralType(t, /*includeBool=*/true);
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return MPI_SUM;
-    case ReduceOp::kMax: return MPI_MAX;
-    case ReduceOp::kMin: return MPI_MIN;
-  }
-  return MPI_SUM;
 }
 
 void check_cpu(const torch::Tensor& t, const char* operation, const std::string& group) {

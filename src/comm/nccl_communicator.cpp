@@ -76,18 +76,66 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// The communicator's handle, shared with its work objects and the abort hook: whichever of the
+// hook and the destructor takes it first ends the communicator; afterwards it is nullptr.
+using CommOwner = std::shared_ptr<std::atomic<ncclComm_t>>;
+
+// Throws CommError when NCCL has recorded an asynchronous error on the communicator (a peer that
+// died, a network failure, a communicator aborted): the operations queued on it will never
+// complete, so the caller must not go on queueing or waiting. ncclCommGetAsyncError does not
+// block; it reads the state NCCL's proxy thread keeps.
+void check_async_error(const CommOwner& owner, const std::string& group, const char* where) {
+  ncclComm_t comm = owner->load();
+  if (comm == nullptr) {
+    throw CommError(str(where, " on group ", group,
+                        ": the NCCL communicator was aborted (another rank failed or the "
+                        "collective watchdog ended the job)"));
+  }
+  ncclResult_t async_error = ncclSuccess;
+  HPCTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm, &async_error));
+  if (async_error == ncclSuccess) return;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
+  if (async_error == ncclInProgress) return;  // a non-blocking communicator still initialising
+#endif
+  std::string detail;
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  if (const char* last = ncclGetLastError(comm); last != nullptr && last[0] != '\0') {
+    detail = str(" (", last, ")");
+  }
+#endif
+  throw CommError(str(where, " on group ", group, ": NCCL reported an asynchronous error: ",
+                      ncclGetErrorString(async_error), detail,
+                      ". A peer rank failed or the network between the GPUs broke; run with "
+                      "NCCL_DEBUG=INFO for the transport details"));
+}
+
 // Completion of an NCCL operation is an event on the communicator's stream. wait() orders the
-// default stream after it (no host blocking), like LibTorch's ProcessGroupNCCL work objects.
+// default stream after it (no host blocking), like LibTorch's ProcessGroupNCCL work objects, after
+// checking the communicator's asynchronous error state: an operation whose communicator failed
+// is an error here (communicator.hpp: wait() rethrows the collective's error), not a stream that
+// waits forever.
 class NcclWork final : public Work {
  public:
-  explicit NcclWork(cudaEvent_t event) : event_(event) {}
+  NcclWork(cudaEvent_t event, CommOwner owner, const std::string* group, const char* op)
+      : event_(event), owner_(std::move(owner)), group_(group), op_(op) {}
   ~NcclWork() override { cudaEventDestroy(event_); }
-  void wait() override { HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(nullptr, event_, 0)); }
-  bool done() override { return cudaEventQuery(event_) == cudaSuccess; }
-  cudaEvent_t event() const { return event_; }
+  void wait() override {
+    check_async_error(owner_, *group_, op_);
+    HPCTRAIN_CUDA_CHECK(cudaStreamWaitEvent(nullptr, event_, 0));
+  }
+  bool done() override {
+    if (cudaEventQuery(event_) == cudaSuccess) return true;
+    check_async_error(owner_, *group_, op_);
+    return false;
+  }
+  /// The completion event has fired (no error check: for the communicator's own bookkeeping).
+  bool fired() const { return cudaEventQuery(event_) == cudaSuccess; }
 
  private:
   cudaEvent_t event_;
+  CommOwner owner_;
+  const std::string* group_;  // the communicator's name; the communicator outlives its work
+  const char* op_;            // string literal
 };
 
 // logging.trace on the GPU: a collective's slice on the communication lane runs from its launch
@@ -276,7 +324,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclAllReduce(work.data_ptr(), work.data_ptr(),
                                       static_cast<size_t>(work.numel()),
                                       nccl_type(work.scalar_type()), nccl_op(op), comm_, stream_));
-    auto handle = leave(traced);
+    auto handle = leave(traced, "all_reduce");
     if (!work.is_same(tensor)) {
       handle->wait();
       tensor.copy_(work);
@@ -291,7 +339,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclBroadcast(work.data_ptr(), work.data_ptr(),
                                       static_cast<size_t>(work.numel()),
                                       nccl_type(work.scalar_type()), root, comm_, stream_));
-    leave(traced)->wait();
+    leave(traced, "broadcast")->wait();
     if (!work.is_same(tensor)) tensor.copy_(work);
   }
 
@@ -306,7 +354,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclAllGather(input.data_ptr(), output.data_ptr(),
                                       static_cast<size_t>(input.numel()),
                                       nccl_type(input.scalar_type()), comm_, stream_));
-    leave(traced)->wait();
+    leave(traced, "all_gather")->wait();
     return output;
   }
 
@@ -324,7 +372,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(
         ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
                           nccl_type(input.scalar_type()), nccl_op(op), comm_, stream_));
-    leave(traced)->wait();
+    leave(traced, "reduce_scatter")->wait();
     return output;
   }
 
@@ -336,7 +384,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclReduceScatter(
         base, base + rank_ * chunk * buffer.element_size(), static_cast<size_t>(chunk),
         nccl_type(buffer.scalar_type()), nccl_op(op), comm_, stream_));
-    return leave(traced);
+    return leave(traced, "reduce_scatter");
   }
 
   WorkHandle all_gather_in_place_async(torch::Tensor buffer) override {
@@ -346,7 +394,7 @@ class NcclCommunicator final : public Communicator {
     HPCTRAIN_NCCL_CHECK(ncclAllGather(base + rank_ * chunk * buffer.element_size(), base,
                                       static_cast<size_t>(chunk), nccl_type(buffer.scalar_type()),
                                       comm_, stream_));
-    return leave(traced);
+    return leave(traced, "all_gather");
   }
 
   void barrier() override {
@@ -356,9 +404,7 @@ class NcclCommunicator final : public Communicator {
     all_reduce(flag, ReduceOp::kSum);
     runtime::Watchdog::Scope watch("barrier", name_.c_str(), 0, channel_, numbered_.load());
     while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
-      ncclResult_t async_error = ncclSuccess;
-      HPCTRAIN_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
-      HPCTRAIN_NCCL_CHECK(async_error);
+      check_async_error(owner_, name_, "barrier");
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
     HPCTRAIN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -395,7 +441,7 @@ class NcclCommunicator final : public Communicator {
       peers += str(peers.empty() ? "" : ", ", send ? "send to" : "recv from", " group rank ",
                    m.peer, world >= 0 ? str(" = world rank ", world) : std::string());
     }
-    if (batch.empty()) return leave(Entered{});
+    if (batch.empty()) return leave(Entered{}, "send_recv");
     Entered entered =
         enter_bytes("send_recv", bytes, c10::toString(batch.front().tensor.scalar_type()), nullptr);
     entered.issued.detail = std::move(peers);
@@ -413,7 +459,7 @@ class NcclCommunicator final : public Communicator {
       }
     }
     HPCTRAIN_NCCL_CHECK(ncclGroupEnd());
-    return leave(entered);
+    return leave(entered, "send_recv");
   }
 
  private:
@@ -508,14 +554,14 @@ class NcclCommunicator final : public Communicator {
     e.traced = timeline_->begin(name, bytes);
     return e;
   }
-  std::shared_ptr<NcclWork> leave(const Entered& entered) {
+  std::shared_ptr<NcclWork> leave(const Entered& entered, const char* op) {
     timeline_->end(entered.traced);
     cudaEvent_t done;
     HPCTRAIN_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     HPCTRAIN_CUDA_CHECK(cudaEventRecord(done, stream_));
     DeviceTimes times = entered.times;
     if (times.started) times.ended = timing_event(entered.issued.record);
-    auto work = std::make_shared<NcclWork>(done);
+    auto work = std::make_shared<NcclWork>(done, owner_, &name_, op);
     last_ = work;
     if (entered.issued.seq > 0 || entered.issued.record >= 0) {  // numbered, or recorded
       std::lock_guard<std::mutex> lock(inflight_mutex_);
@@ -528,7 +574,7 @@ class NcclCommunicator final : public Communicator {
   // Marks the collectives whose completion event fired as completed, oldest first.
   void reap() {
     std::lock_guard<std::mutex> lock(inflight_mutex_);
-    while (!inflight_.empty() && inflight_.front().work->done()) {
+    while (!inflight_.empty() && inflight_.front().work->fired()) {
       const InFlight& f = inflight_.front();
       const runtime::IssuedOp& op = f.issued;
       if (op.channel) op.channel->complete(op.seq, op.op);
@@ -560,7 +606,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   ncclComm_t comm_ = nullptr;
-  std::shared_ptr<std::atomic<ncclComm_t>> owner_ = std::make_shared<std::atomic<ncclComm_t>>();
+  CommOwner owner_ = std::make_shared<std::atomic<ncclComm_t>>();
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<StreamTimeline> timeline_;
   std::shared_ptr<NcclWork> last_;

@@ -118,6 +118,27 @@ void check_length(ArrayFile& a, std::int64_t size) {
   }
 }
 
+// --format auto takes a file without a known magic number as a raw array. An llm.c file whose
+// magic number is damaged must not become tokens that way (its 1024 header bytes would be read
+// as 512 tokens, as llm.c's own loader refuses it): a header whose version and token count
+// describe the file's size exactly is llm.c's layout, and its wrong magic number is an error.
+void refuse_damaged_llmc(const std::string& path, const std::string& what) {
+  const std::int64_t size = file_size(path, what);
+  if (size < kLlmcHeaderBytes) return;
+  const std::string head = read_bytes(path, 0, 12);
+  if (head.size() < 12) return;
+  std::int32_t header[3];
+  std::memcpy(header, head.data(), sizeof header);
+  if (header[1] != 1 && header[1] != 2) return;
+  const std::int64_t bytes = header[1] == 1 ? 2 : 4;
+  if (header[2] < 0 || kLlmcHeaderBytes + header[2] * bytes != size) return;
+  throw DataError(str(what, " '", path, "': byte offset 0 holds ", header[0],
+                      ", expected llm.c's magic number ", kLlmcMagic,
+                      ", but byte offsets 4 and 8 (", "version ", header[1], ", ", header[2],
+                      " tokens) describe an llm.c .bin file of exactly this size: its header is "
+                      "damaged; write the file again (for a raw array use --format raw)"));
+}
+
 }  // namespace
 
 ArrayFile open_npy(const std::string& path, const std::string& what) {
@@ -191,12 +212,15 @@ ArrayFile open_npy(const std::string& path, const std::string& what) {
 ArrayFile open_token_file(const std::string& path, const std::string& format,
                           const std::string& raw_dtype) {
   const std::string what = "token file";
+  // Checked before anything opens it: open(2) of a FIFO blocks until a writer appears.
+  file_size(path, what);
   std::string kind = format;
   if (kind == "auto") {
     const std::string head = read_bytes(path, 0, 6);
     std::int32_t magic = 0;
     if (head.size() >= 4) std::memcpy(&magic, head.data(), 4);
     kind = head.compare(0, 6, "\x93NUMPY") == 0 ? "npy" : magic == kLlmcMagic ? "llmc" : "raw";
+    if (kind == "raw") refuse_damaged_llmc(path, what);
   }
   ArrayFile a;
   if (kind == "npy") {

@@ -15,7 +15,6 @@
 namespace hpctrain::data::detail {
 namespace {
 
-constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
 // Class indices beyond this are damage, not classes (a model's output layer could not hold them);
 // the bound also keeps every per-class allocation (inspect's histogram) small.
 constexpr std::int64_t kMaxClasses = std::int64_t{1} << 24;
@@ -133,11 +132,6 @@ class ClassificationDataset final : public Dataset {
   std::vector<std::int64_t> label_rows_;
   float lut_[256];
 };
-
-std::string dtype_of(hid_t dataset, const std::string& where) {
-  h5::Handle type(HPCTRAIN_H5(H5Dget_type(dataset), where), H5Tclose);
-  return h5::type_name(type.get());
-}
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 #include "hpctrain/data/data_config.hpp"
 
 #include "hpctrain/runtime/config.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data {
@@ -23,6 +24,16 @@ DataConfig DataConfig::from(ConfigSection& data) {
   const std::string cache = data.get<std::string>("chunk_cache", "auto");
   if (cache != "auto") {
     config.chunk_cache = parse_bytes(cache, data.full_key("chunk_cache"));  // positive
+  }
+  config.tokenizer = data.get<std::string>("tokenizer", config.tokenizer);
+  if (config.tokenizer != "bytes") {
+    // The path's type only (stat): loading a large vocabulary is left to the commands that decode.
+    const runtime::PathType type = runtime::path_type(config.tokenizer);
+    if (type != runtime::PathType::kRegular && type != runtime::PathType::kDirectory) {
+      data.fail("tokenizer", str("is ", runtime::path_type_name(type),
+                                 ": give bytes, a tokenizer.json, a folder holding one (or GPT-2's "
+                                 "encoder.json + vocab.bpe) or a .tiktoken file (docs/DATA.md)"));
+    }
   }
   return config;
 }

@@ -78,6 +78,11 @@ std::string file_label(const std::string& path, const std::string& config_key) {
   return str(config_key.empty() ? "data" : config_key, " file '", clip(path), "'");
 }
 
+std::string dtype_of(hid_t dataset, const std::string& where) {
+  h5::Handle type(HPCTRAIN_H5(H5Dget_type(dataset), where), H5Tclose);
+  return h5::type_name(type.get());
+}
+
 SortedRequest sort_request(const std::vector<std::int64_t>& indices, std::int64_t num_samples,
                            const std::string& where) {
   SortedRequest request;

@@ -15,6 +15,9 @@ namespace hpctrain::data::detail {
 /// The current schema version written into files (attribute schema_version).
 constexpr std::int64_t kSchemaVersion = 1;
 
+/// Labels and token ids are checked against their bounds this many values per read.
+constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
+
 /// "data.train file '/p/train.h5'" or "data file '/p/train.h5'". Local.
 std::string file_label(const std::string& path, const std::string& config_key);
 
@@ -22,6 +25,10 @@ std::string file_label(const std::string& path, const std::string& config_key);
 /// shape `dims` (N x sample dims) holds no values (a zero sample dimension): nothing could be
 /// learnt from it, and reductions over it fail. Local.
 void require_sample_values(const std::string& where, const std::vector<std::int64_t>& dims);
+
+/// The element type of `dataset` by name ("uint8", "float32", ...: h5::type_name); throws DataError
+/// naming `where` when HDF5 cannot tell. Local.
+std::string dtype_of(hid_t dataset, const std::string& where);
 
 /// A run of consecutive sample indices [start, start + count).
 struct Run {

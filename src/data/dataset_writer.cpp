@@ -172,6 +172,12 @@ void write_token_file(const std::string& path, const std::vector<std::uint16_t>&
   write_tokens(path, tokens, vocab_size, tokenizer, provenance, H5T_STD_U16LE, H5T_NATIVE_UINT16);
 }
 
+void write_token_file(const std::string& path, const std::vector<std::uint32_t>& tokens,
+                      std::int64_t vocab_size, const std::string& tokenizer,
+                      const Provenance& provenance) {
+  write_tokens(path, tokens, vocab_size, tokenizer, provenance, H5T_STD_U32LE, H5T_NATIVE_UINT32);
+}
+
 void write_token_file(const std::string& path, const std::vector<std::int32_t>& tokens,
                       std::int64_t vocab_size, const std::string& tokenizer,
                       const Provenance& provenance) {

@@ -69,11 +69,15 @@ void describe_objects(std::ostringstream& out, hid_t file, const std::string& la
   out << "datasets\n";
   for (const std::string& name : names) {
     const std::string where = str(label, ", dataset /", name);
-    H5O_info_t info{};
-    HPCTRAIN_H5(H5Oget_info_by_name(file, name.c_str(), &info, H5P_DEFAULT), where);
-    if (info.type != H5O_TYPE_DATASET) {
-      out << "  /" << name << "  (" << (info.type == H5O_TYPE_GROUP ? "group" : "object")
-          << ", not read)\n";
+    // The object's kind from an open identifier: H5Oget_info_by_name changed its signature in
+    // HDF5 1.12 (a fields argument), H5Oopen and H5Iget_type are the same in 1.10 and 1.14.
+    H5I_type_t kind = H5I_BADID;
+    {
+      h5::Handle object(HPCTRAIN_H5(H5Oopen(file, name.c_str(), H5P_DEFAULT), where), H5Oclose);
+      kind = H5Iget_type(object.get());
+    }
+    if (kind != H5I_DATASET) {
+      out << "  /" << name << "  (" << (kind == H5I_GROUP ? "group" : "object") << ", not read)\n";
       continue;
     }
     h5::Handle dataset(HPCTRAIN_H5(H5Dopen2(file, name.c_str(), H5P_DEFAULT), where), H5Dclose);

@@ -2,12 +2,12 @@
 
 #include <chrono>
 
+#include "hpctrain/runtime/clock.hpp"
+
 namespace hpctrain::data {
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using runtime::seconds_since;
 }  // namespace
 
 Prefetcher::Prefetcher(Producer produce, int depth) : produce_(std::move(produce)), depth_(depth) {

@@ -1,60 +1,26 @@
-// UTF-8 text files -> byte-level token files train.h5 / val.h5.
+// UTF-8 text files -> token files train.h5 / val.h5, with any tokenizer (tokenizer.hpp), the
+// documents' encoding split over the ranks.
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/dataset_writer.hpp"
 #include "hpctrain/data/prepare.hpp"
+#include "hpctrain/data/tokenizer.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain::data {
 namespace {
-
-constexpr std::int64_t kByteVocab = 256;
-
-// Offset of the first byte that breaks UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing
-// above U+10FFFF), or -1 when the text is valid.
-std::int64_t first_invalid_utf8(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const auto n = static_cast<std::int64_t>(text.size());
-  std::int64_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    int extra = 0;
-    unsigned char low = 0x80, high = 0xBF;  // allowed range of the first continuation byte
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      if (c == 0xE0) low = 0xA0;
-      if (c == 0xED) high = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      if (c == 0xF0) low = 0x90;
-      if (c == 0xF4) high = 0x8F;
-    } else {
-      return i;
-    }
-    if (i + extra >= n) return i;  // cut short at the end of the file
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char cc = s[i + k];
-      const unsigned char lo = k == 1 ? low : 0x80;
-      const unsigned char hi = k == 1 ? high : 0xBF;
-      if (cc < lo || cc > hi) return i;
-    }
-    i += 1 + extra;
-  }
-  return -1;
-}
 
 std::string read_text(const std::string& path) {
   const bool missing = runtime::path_type(path) == runtime::PathType::kMissing;
@@ -63,7 +29,7 @@ std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DataError(str("text file '", path, "' cannot be opened for reading"));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::int64_t bad = first_invalid_utf8(text);
+  const std::int64_t bad = runtime::first_invalid_utf8(text);
   if (bad >= 0) {
     throw DataError(
         str("text file '", path, "' is not UTF-8 text: invalid byte 0x", std::hex,
@@ -75,55 +41,225 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
+// One stretch of one file that is encoded on its own: a document (doc separator file or
+// blank-line) or a file part (none).
+struct Unit {
+  std::size_t file = 0;
+  std::size_t begin = 0, end = 0;
+  bool val = false;
+};
+
+// The byte where each file's validation tail starts: the line break after the cut.
+std::size_t val_cut(const std::string& text, double val_fraction) {
+  if (val_fraction <= 0) return text.size();
+  const auto cut =
+      static_cast<std::size_t>(std::llround(static_cast<double>(text.size()) * (1 - val_fraction)));
+  const std::size_t newline = text.find('\n', cut);
+  return newline == std::string::npos ? text.size() : newline + 1;
+}
+
+bool blank(const std::string& text, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    if (!std::isspace(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
+// [begin, end) as documents: whole, or the runs of non-blank lines (each with its line breaks).
+void add_units(const std::string& text, std::size_t file, std::size_t begin, std::size_t end,
+               bool val, bool paragraphs, std::vector<Unit>& units) {
+  if (begin >= end) return;
+  if (!paragraphs) {
+    units.push_back({file, begin, end, val});
+    return;
+  }
+  std::size_t doc = std::string::npos;
+  for (std::size_t line = begin; line < end;) {
+    std::size_t next = text.find('\n', line);
+    next = next == std::string::npos || next >= end ? end : next + 1;
+    if (blank(text, line, next)) {
+      if (doc != std::string::npos) units.push_back({file, doc, line, val});
+      doc = std::string::npos;
+    } else if (doc == std::string::npos) {
+      doc = line;
+    }
+    line = next;
+  }
+  if (doc != std::string::npos) units.push_back({file, doc, end, val});
+}
+
+// Every rank's ids, in rank order, on world rank 0 (empty elsewhere), through fixed-size rounds
+// of gather_bytes (padded: it wants the same count from every rank).
+std::vector<std::uint32_t> gather_ids(comm::ControlPlane& world,
+                                      const std::vector<std::uint32_t>& mine,
+                                      std::vector<std::int64_t>& counts) {
+  constexpr std::int64_t kRound = std::int64_t{1} << 22;
+  counts = world.all_gather(static_cast<std::int64_t>(mine.size()));
+  const std::int64_t most = *std::max_element(counts.begin(), counts.end());
+  std::vector<std::vector<std::uint32_t>> per_rank(counts.size());
+  std::vector<std::uint32_t> send;
+  for (std::int64_t offset = 0; offset < most; offset += kRound) {
+    const std::int64_t n = std::min(kRound, most - offset);
+    send.assign(static_cast<std::size_t>(n), 0);
+    const std::int64_t have =
+        std::clamp<std::int64_t>(static_cast<std::int64_t>(mine.size()) - offset, 0, n);
+    std::copy_n(mine.begin() + offset, have, send.begin());
+    const auto all = world.gather_bytes(send.data(), send.size() * 4, 0);
+    if (world.rank() != 0) continue;
+    for (std::size_t r = 0; r < counts.size(); ++r) {
+      const std::int64_t valid = std::clamp<std::int64_t>(counts[r] - offset, 0, n);
+      const auto* from =
+          reinterpret_cast<const std::uint32_t*>(all.data()) + r * static_cast<std::size_t>(n);
+      per_rank[r].insert(per_rank[r].end(), from, from + valid);
+    }
+  }
+  std::vector<std::uint32_t> out;
+  for (const auto& part : per_rank) out.insert(out.end(), part.begin(), part.end());
+  return out;
+}
+
+// Waits until every rank has encoded its share, without the collective watchdog (shares take
+// different times: a large share must not look like a hang), and agrees on the lowest rank's
+// problem: "" when every rank succeeded. Each rank reports to rank 0, which answers all.
+std::string agree_when_encoded(comm::ControlPlane& world, const std::string& problem) {
+  constexpr int kTagEncoded = 7301;
+  std::string first = problem;
+  if (world.rank() == 0) {
+    for (int r = 1; r < world.size(); ++r) {
+      const std::string theirs = world.recv_text(r, kTagEncoded);
+      if (first.empty() && !theirs.empty()) first = str(theirs, " (rank ", r, ")");
+    }
+  } else {
+    world.send_text(0, kTagEncoded, problem);
+  }
+  return world.broadcast_idle(first);
+}
+
+void check_options(const TextPrepareOptions& o) {
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
+    throw ConfigError(str("--val-fraction ", o.val_fraction,
+                          " must lie in [0, 1) (e.g. 0.1; 0 writes train.h5 alone)"));
+  }
+  if (o.inputs.empty()) throw ConfigError("prepare text needs at least one --in FILE");
+  if (!o.doc_separator.empty() && o.doc_separator != "file" && o.doc_separator != "blank-line" &&
+      o.doc_separator != "none") {
+    throw ConfigError(str("--doc-separator ", o.doc_separator, ": use file, blank-line or none"));
+  }
+}
+
+void write_split(const std::string& path, const std::vector<std::uint32_t>& ids,
+                 const Tokenizer& tokenizer, const Provenance& provenance) {
+  if (tokenizer.vocab_size() <= 65536) {
+    write_token_file(path, std::vector<std::uint16_t>(ids.begin(), ids.end()),
+                     tokenizer.vocab_size(), tokenizer.identity(), provenance);
+  } else {
+    write_token_file(path, ids, tokenizer.vocab_size(), tokenizer.identity(), provenance);
+  }
+}
+
 }  // namespace
+
+std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
+                                       comm::ControlPlane* world) {
+  check_options(options);
+  const auto tokenizer = load_tokenizer(options.tokenizer);
+  std::string separator = options.doc_separator;
+  if (separator.empty()) separator = tokenizer->eot_id() ? "file" : "none";
+  if (separator != "none" && !tokenizer->eot_id()) {
+    throw ConfigError(str("--doc-separator ", separator, ": the tokenizer ", tokenizer->identity(),
+                          " has no end-of-text token to put between documents: use "
+                          "--doc-separator none"));
+  }
+  std::vector<std::string> texts;
+  std::vector<Unit> units, val_units;
+  std::string sources;
+  for (std::size_t f = 0; f < options.inputs.size(); ++f) {
+    texts.push_back(read_text(options.inputs[f]));
+    const std::string& text = texts.back();
+    const std::size_t cut = val_cut(text, options.val_fraction);
+    add_units(text, f, 0, cut, false, separator == "blank-line", units);
+    add_units(text, f, cut, text.size(), true, separator == "blank-line", val_units);
+    sources += (sources.empty() ? "" : ", ") + options.inputs[f];
+  }
+  const std::size_t train_units = units.size();
+  units.insert(units.end(), val_units.begin(), val_units.end());
+
+  // This rank's share: the units whose first byte lies in its slice of all the bytes.
+  const int rank = world ? world->rank() : 0, ranks = world ? world->size() : 1;
+  std::size_t total = 0;
+  for (const Unit& u : units) total += u.end - u.begin;
+  std::vector<std::uint32_t> mine_train, mine_val;
+  std::string problem;
+  try {
+    std::size_t at = 0;
+    for (const Unit& u : units) {
+      const std::size_t owner = total == 0 ? 0 : at * static_cast<std::size_t>(ranks) / total;
+      at += u.end - u.begin;
+      if (static_cast<int>(owner) != rank) continue;
+      auto& into = u.val ? mine_val : mine_train;
+      for (const std::int64_t id :
+           tokenizer->encode(std::string_view(texts[u.file]).substr(u.begin, u.end - u.begin))) {
+        into.push_back(static_cast<std::uint32_t>(id));
+      }
+      if (separator != "none") into.push_back(static_cast<std::uint32_t>(*tokenizer->eot_id()));
+    }
+  } catch (const Error& e) {
+    if (!world) throw;
+    problem = e.what();
+  }
+  std::vector<std::uint32_t> train = std::move(mine_train), val = std::move(mine_val);
+  if (world && world->size() > 1) {
+    const std::string first = agree_when_encoded(*world, problem);
+    if (!first.empty()) throw DataError(first);
+    std::vector<std::int64_t> counts;
+    train = gather_ids(*world, train, counts);
+    val = gather_ids(*world, val, counts);
+    if (world->rank() != 0) return {};
+  }
+  const bool with_val = options.val_fraction > 0;
+  if (train.size() < 2 || (with_val && val.size() < 2)) {
+    const bool t = train.size() < 2;
+    throw DataError(str("prepare text: the ", t ? "training" : "validation", " split would hold ",
+                        t ? train.size() : val.size(), " tokens: give more text or ",
+                        t ? "a smaller" : "a larger", " --val-fraction"));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.out_dir, ec);
+  if (ec) {
+    throw DataError(
+        str("output directory '", options.out_dir, "' cannot be created: ", ec.message()));
+  }
+  Provenance provenance;
+  const bool bytes = tokenizer->identity() == "bytes";
+  provenance.source = str("UTF-8 text, ", bytes ? "byte-level tokens" : tokenizer->identity(),
+                          " (val fraction ", options.val_fraction, ", doc separator ", separator,
+                          ", ", units.size(), " documents): ", sources);
+  provenance.created_by = options.created_by;
+  std::vector<PreparedFile> out;
+  for (const auto* split : {&train, &val}) {
+    if (split == &val && !with_val) break;
+    const std::string path = options.out_dir + (split == &train ? "/train.h5" : "/val.h5");
+    write_split(path, *split, *tokenizer, provenance);
+    const auto count = static_cast<std::int64_t>(split->size());
+    const std::size_t docs = split == &train ? train_units : units.size() - train_units;
+    out.push_back({path,
+                   bytes ? str(count, " byte tokens, vocab_size 256")
+                         : str(count, " tokens, vocab_size ", tokenizer->vocab_size(), ", ", docs,
+                               " documents"),
+                   count});
+  }
+  return out;
+}
 
 std::vector<PreparedFile> prepare_text(const std::vector<std::string>& inputs,
                                        const std::string& out_dir, double val_fraction,
                                        const std::string& created_by) {
-  if (!(val_fraction > 0 && val_fraction < 1)) {
-    throw ConfigError(
-        str("--val-fraction ", val_fraction, " must lie strictly between 0 and 1 (e.g. 0.1)"));
-  }
-  if (inputs.empty()) throw ConfigError("prepare text needs at least one --in FILE");
-  std::vector<std::uint16_t> train, val;
-  std::string sources;
-  for (const std::string& path : inputs) {
-    const std::string text = read_text(path);
-    const auto size = static_cast<std::int64_t>(text.size());
-    // The tail of each file goes to validation, starting at a line break so no line is split.
-    auto cut =
-        static_cast<std::int64_t>(std::llround(static_cast<double>(size) * (1 - val_fraction)));
-    const std::size_t newline = text.find('\n', static_cast<std::size_t>(cut));
-    cut = newline == std::string::npos ? size : static_cast<std::int64_t>(newline) + 1;
-    for (std::int64_t i = 0; i < size; ++i) {
-      (i < cut ? train : val)
-          .push_back(static_cast<unsigned char>(text[static_cast<std::size_t>(i)]));
-    }
-    sources += (sources.empty() ? "" : ", ") + path;
-  }
-  if (train.size() < 2 || val.size() < 2) {
-    throw DataError(str("prepare text: the ", train.size() < 2 ? "training" : "validation",
-                        " split would hold ", std::min(train.size(), val.size()),
-                        " tokens: give more text or ", train.size() < 2 ? "a smaller" : "a larger",
-                        " --val-fraction"));
-  }
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) {
-    throw DataError(str("output directory '", out_dir, "' cannot be created: ", ec.message()));
-  }
-  Provenance provenance;
-  provenance.source =
-      str("UTF-8 text, byte-level tokens (val fraction ", val_fraction, "): ", sources);
-  provenance.created_by = created_by;
-  std::vector<PreparedFile> out;
-  for (auto* split : {&train, &val}) {
-    const std::string path = out_dir + (split == &train ? "/train.h5" : "/val.h5");
-    write_token_file(path, *split, kByteVocab, "bytes", provenance);
-    const auto count = static_cast<std::int64_t>(split->size());
-    out.push_back({path, str(count, " byte tokens, vocab_size 256"), count});
-  }
-  return out;
+  TextPrepareOptions options;
+  options.inputs = inputs;
+  options.out_dir = out_dir;
+  options.val_fraction = val_fraction;
+  options.created_by = created_by;
+  return prepare_text(options, nullptr);
 }
 
 }  // namespace hpctrain::data

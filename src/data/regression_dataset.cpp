@@ -105,11 +105,6 @@ class RegressionDataset final : public Dataset {
   std::vector<float> target_rows_;
 };
 
-std::string dtype_of(hid_t dataset, const std::string& where) {
-  h5::Handle type(HPCTRAIN_H5(H5Dget_type(dataset), where), H5Tclose);
-  return h5::type_name(type.get());
-}
-
 }  // namespace
 
 std::unique_ptr<Dataset> open_regression(h5::Handle file, const std::string& path,

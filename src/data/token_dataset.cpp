@@ -1,4 +1,4 @@
-// Language-modelling files: /tokens, a 1-D int32 or uint16 token stream with a vocab_size
+// Language-modelling files: /tokens, a 1-D uint16, uint32 or int32 token stream with a vocab_size
 // attribute. Sample i is the window tokens[i*L, i*L + L + 1) (L = seq_len): inputs are its first
 // L tokens, targets its last L. Consecutive samples share one token, so a run of consecutive
 // samples is one token range, read with one single-block hyperslab.
@@ -14,8 +14,6 @@
 namespace hpctrain::data::detail {
 namespace {
 
-constexpr std::int64_t kScanBlock = std::int64_t{1} << 20;
-
 template <typename Token>
 void widen(const std::uint8_t* raw, std::int64_t first, std::int64_t count, std::int64_t* out) {
   const Token* src = reinterpret_cast<const Token*>(raw) + first;
@@ -29,7 +27,8 @@ class TokenDataset final : public Dataset {
         tokens_(std::move(tokens)),
         info_(std::move(info)),
         label_(std::move(label)),
-        uint16_(info_.input_dtype == "uint16") {
+        uint16_(info_.input_dtype == "uint16"),
+        uint32_(info_.input_dtype == "uint32") {
     space_ = h5::Handle(HPCTRAIN_H5(H5Dget_space(tokens_.get()), where()), H5Sclose);
   }
 
@@ -66,7 +65,10 @@ class TokenDataset final : public Dataset {
     const std::int64_t element = uint16_ ? 2 : 4;
     raw_.resize(static_cast<std::size_t>(buffered * element));
     read_runs(tokens_.get(), space_.get(), {info_.num_tokens}, ranges,
-              uint16_ ? H5T_NATIVE_UINT16 : H5T_NATIVE_INT32, raw_.data(), where());
+              uint16_   ? H5T_NATIVE_UINT16
+              : uint32_ ? H5T_NATIVE_UINT32
+                        : H5T_NATIVE_INT32,
+              raw_.data(), where());
 
     std::int64_t* inputs = out.inputs.data_ptr<std::int64_t>();
     std::int64_t* targets = out.targets.data_ptr<std::int64_t>();
@@ -77,6 +79,8 @@ class TokenDataset final : public Dataset {
       const std::int64_t first = window_start[static_cast<std::size_t>(row)];
       if (uint16_) {
         widen<std::uint16_t>(raw_.data(), first, seq_len + 1, window_.data());
+      } else if (uint32_) {
+        widen<std::uint32_t>(raw_.data(), first, seq_len + 1, window_.data());
       } else {
         widen<std::int32_t>(raw_.data(), first, seq_len + 1, window_.data());
       }
@@ -103,6 +107,7 @@ class TokenDataset final : public Dataset {
   DatasetInfo info_;
   std::string label_;
   bool uint16_;
+  bool uint32_;  // prepare text with a vocabulary beyond 65536
   std::vector<std::uint8_t> raw_;
   std::vector<std::int64_t> window_;
 };
@@ -122,8 +127,8 @@ std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
                         " with shape ", h5::shape_string(dims),
                         ": concatenate the documents into one 1-D stream (docs/DATA.md)"));
   }
-  if (dtype != "uint16" && dtype != "int32") {
-    throw DataError(str(where, ": expected dtype uint16 or int32 token ids, found ", dtype,
+  if (dtype != "uint16" && dtype != "uint32" && dtype != "int32") {
+    throw DataError(str(where, ": expected dtype uint16, uint32 or int32 token ids, found ", dtype,
                         ": convert it, e.g. with h5py: f['tokens'] = t.astype('uint16')"));
   }
   if (expect.seq_len <= 0) {

@@ -13,6 +13,7 @@
 #include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -21,9 +22,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using runtime::seconds_since;
 
 // Resident bytes now (/proc/self/statm) and the peak so far (getrusage, KiB on Linux).
 std::uint64_t resident_bytes() {

@@ -116,7 +116,7 @@ LossOutput language_model_loss(const torch::Tensor& outputs, const torch::Tensor
   }
   torch::Tensor predictions;
   torch::Tensor per_token =
-      parallel::vocab_parallel_cross_entropy(outputs, targets, tp, vocab_size, &predictions);
+      parallel::token_cross_entropy(outputs, targets, tp, vocab_size, &predictions);
   LossOutput out;
   out.count = targets.numel();
   out.loss = per_token.mean();

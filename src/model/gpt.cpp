@@ -229,8 +229,10 @@ double Gpt::forward_flops_per_sample() const {
     non_embedding += n;
   }
   const double t = static_cast<double>(options_.seq_len);
-  return 2.0 * non_embedding * t +
-         2.0 * static_cast<double>(options_.layers) * t * t * static_cast<double>(options_.width);
+  const double d = static_cast<double>(options_.width);
+  // The output head's logits, 2 width V per token: a matrix product like the blocks' (tied or not).
+  const double head = 2.0 * d * static_cast<double>(options_.vocab_size) * t;
+  return 2.0 * non_embedding * t + 2.0 * static_cast<double>(options_.layers) * t * t * d + head;
 }
 
 ShardInfo Gpt::shard_info(const std::string& name) const {

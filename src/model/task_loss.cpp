@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -21,7 +22,14 @@ std::atomic<bool> g_defer_on_cpu{false};
 
 void LossOutput::resolve() {
   if (!pending.defined()) return;
-  const torch::Tensor host = pending.to(torch::kCPU, torch::kDouble);
+  torch::Tensor host;
+  if (pending.device().is_cpu()) {
+    host = pending.to(torch::kDouble);
+  } else {
+    // The device's loss waits behind the step's collectives: watched (comm/host_value.hpp).
+    runtime::HostSyncScope watch("loss");
+    host = pending.to(torch::kCPU, torch::kDouble);
+  }
   const double* v = host.data_ptr<double>();
   loss_sum += v[0];
   correct += static_cast<std::int64_t>(v[1]);

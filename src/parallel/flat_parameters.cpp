@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "hpctrain/comm/host_value.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -87,9 +88,34 @@ double FlatParameters::grad_square_sum(std::int64_t offset, std::int64_t numel) 
   return square_sum(grads_.narrow(0, offset, numel));
 }
 
+// On a device: LibTorch's norm kernel over rows of 64 Ki elements (squares summed in float32
+// within a row, reading the gradient once, in place), then the rows' norms squared and summed in
+// float64. A float64 copy of the gradient would allocate and write twice its size (1 GB for a
+// 124M-parameter model) every step. One host read, watched (comm/host_value.hpp).
+double square_sum_by_rows(const torch::Tensor& g) {
+  if (g.numel() == 0) return 0;
+  constexpr std::int64_t kRow = 1 << 16;
+  const torch::Tensor flat = g.reshape({-1});
+  const std::int64_t rows = flat.numel() / kRow;
+  const std::int64_t rest = flat.numel() - rows * kRow;
+  const auto accumulate = g.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+  std::vector<torch::Tensor> norms;
+  if (rows > 0) {
+    norms.push_back(at::linalg_vector_norm(flat.narrow(0, 0, rows * kRow).view({rows, kRow}), 2,
+                                           std::vector<std::int64_t>{1}, false, accumulate));
+  }
+  if (rest > 0) {
+    norms.push_back(at::linalg_vector_norm(flat.narrow(0, rows * kRow, rest), 2,
+                                           std::vector<std::int64_t>{0}, true, accumulate));
+  }
+  const torch::Tensor wide = torch::cat(norms).to(torch::kDouble);
+  return comm::host_value<double>(wide.mul(wide).sum(), "gradient norm");
+}
+
 double square_sum(const torch::Tensor& g) {
   const std::int64_t numel = g.numel();
-  if (!g.device().is_cpu() || g.scalar_type() != torch::kFloat || !g.is_contiguous()) {
+  if (!g.device().is_cpu()) return square_sum_by_rows(g);
+  if (g.scalar_type() != torch::kFloat || !g.is_contiguous()) {
     return g.to(torch::kDouble).pow(2).sum().item<double>();
   }
   constexpr std::int64_t kChunk = 1 << 16;

@@ -18,6 +18,7 @@
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/parallel/gradient_finalizer.hpp"
 #include "hpctrain/parallel/gradient_synchronizer.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
@@ -28,9 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using runtime::seconds_since;
 
 // The gradient reduction of parallel.shard: gradients (see the top of this file).
 class ShardedGradientReducer {

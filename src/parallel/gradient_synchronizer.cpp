@@ -11,9 +11,9 @@ namespace hpctrain::parallel {
 namespace {
 
 // Runs after AccumulateGrad has added this backward's contribution into the parameter's grad.
-class ReadyHook : public torch::autograd::FunctionPostHook {
+class SyncReadyHook : public torch::autograd::FunctionPostHook {
  public:
-  ReadyHook(GradientSynchronizer* sync, std::size_t index) : sync_(sync), index_(index) {}
+  SyncReadyHook(GradientSynchronizer* sync, std::size_t index) : sync_(sync), index_(index) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list&) override {
     sync_->on_gradient_ready(index_);
@@ -53,7 +53,7 @@ GradientSynchronizer::GradientSynchronizer(FlatParameters& flat,
   if (dp_->size() > 1) {
     for (std::size_t i = 0; i < entries.size(); ++i) {
       auto accumulator = torch::autograd::impl::grad_accumulator(entries[i].param);
-      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(this, i)));
+      hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<SyncReadyHook>(this, i)));
       accumulators_.push_back(std::move(accumulator));
     }
   }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "hpctrain/runtime/collective_scope.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/trace.hpp"
@@ -21,7 +22,12 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 PipelineExecutor::PipelineExecutor(std::shared_ptr<comm::Communicator> pp, torch::Device device,
                                    torch::ScalarType activation_dtype)
-    : pp_(std::move(pp)), device_(device), dtype_(activation_dtype) {}
+    : pp_(std::move(pp)), device_(device), dtype_(activation_dtype) {
+  if (device_.is_cuda()) {
+    device_timer_ =
+        std::make_unique<comm::DeviceTimer>(true, device_.has_index() ? device_.index() : -1);
+  }
+}
 
 PipelineTimes PipelineExecutor::run(const plan::PipelineSchedule& schedule,
                                     const PipelineStage& stage) {
@@ -51,6 +57,12 @@ PipelineTimes PipelineExecutor::run(const plan::PipelineSchedule& schedule,
   std::vector<torch::Tensor> keep;      // their tensors, alive until then
   PipelineTimes times;
   const auto start = Clock::now();
+  // On a GPU a receive's wait returns once the compute stream is ordered after it, without
+  // waiting on the host: a host clock around it reads ~0. Marks on the compute stream before and
+  // after each wait time how long the stream stalled there (the bubble), and the schedule's span
+  // on the device; they are read once, at the end of the run.
+  comm::DeviceTimer* device = device_timer_.get();
+  const int device_start = device ? device->mark() : -1;
   std::size_t i = 0;
   while (i < actions.size()) {
     const plan::PipelineAction& a = actions[i];
@@ -152,17 +164,32 @@ PipelineTimes PipelineExecutor::run(const plan::PipelineSchedule& schedule,
       continue;
     }
     const auto t0 = Clock::now();
+    const int before = device ? device->mark() : -1;
     pp_->send_recv_async(std::move(batch))->wait();
+    if (device) device->add(kDeviceWait, before, device->mark());
     const auto t1 = Clock::now();
     times.wait += seconds(t0, t1);
     if (trace::on()) trace::record(0, "pipeline wait", t0, t1);
   }
   const auto t0 = Clock::now();
+  const int before = device ? device->mark() : -1;
   for (auto& work : sends) work->wait();
+  if (device) device->add(kDeviceWait, before, device->mark());
   const auto t1 = Clock::now();
   times.wait += seconds(t0, t1);
   if (trace::on() && !sends.empty()) trace::record(0, "pipeline wait", t0, t1);
   times.wall = seconds(start, t1);
+  if (device) {
+    device->add(kDeviceWall, device_start, device->mark());
+    comm::DeviceTimer::Seconds on_device;
+    {
+      // The host waits for the device here: watched like any read of a device value.
+      runtime::HostSyncScope watch("pipeline timing events");
+      on_device = device->resolve();
+    }
+    times.wait = on_device[kDeviceWait];
+    times.wall = on_device[kDeviceWall];
+  }
   if (!held.empty()) {
     throw Error(str("pipeline: ", held.size(), " micro-batches left unfinished on pp rank ",
                     pp_->rank(), " (internal error)"));

@@ -32,10 +32,6 @@ comm::Communicator& saved_comm(AutogradContext* ctx) {
   return *static_cast<CommCapsule*>(holder.get())->comm;
 }
 
-bool is_parallel(const CommPtr& tp) {
-  return tp && tp->size() > 1;
-}
-
 // [.., n] per rank -> [.., size * n]: all_gather stacks along dim 0, so move the rank dimension
 // next to the last one and merge the two (one copy, the one the gather needs anyway).
 torch::Tensor all_gather_last_dim(const torch::Tensor& input, comm::Communicator& tp) {

@@ -4,6 +4,7 @@
 #include <limits>
 #include <tuple>
 
+#include "hpctrain/parallel/tensor_parallel_ops.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -38,10 +39,6 @@ VocabSlice vocab_slice(const torch::Tensor& logits, const CommPtr& tp, std::int6
 
 c10::ScalarType compute_dtype(const torch::Tensor& logits) {
   return logits.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
-}
-
-bool is_parallel(const CommPtr& tp) {
-  return tp && tp->size() > 1;
 }
 
 // Row maxima over the real vocabulary, all-reduced; optionally the global argmax (lowest id).
@@ -147,6 +144,39 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
   torch::Tensor maxima = global_max(logits2d, s, tp, predictions ? &argmax : nullptr);
   if (predictions) *predictions = argmax.view(targets.sizes());
   return VocabParallelCrossEntropy::apply(logits, targets, maxima, tp, s);
+}
+
+CrossEntropyKernel choose_cross_entropy(int tp_size, c10::DeviceType device) {
+  return tp_size == 1 && device != c10::DeviceType::CPU ? CrossEntropyKernel::kLibTorch
+                                                        : CrossEntropyKernel::kVocabParallel;
+}
+
+torch::Tensor libtorch_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                     torch::Tensor* predictions) {
+  if (logits.dim() < 1 || targets.numel() * logits.size(-1) != logits.numel()) {
+    throw Error(str("libtorch_cross_entropy: targets ", targets.sizes(), " do not match logits ",
+                    logits.sizes(), " (expected logits [targets..., vocab])"));
+  }
+  const torch::Tensor logits2d = logits.reshape({-1, logits.size(-1)});
+  if (predictions) {
+    torch::NoGradGuard no_grad;
+    *predictions = logits2d.argmax(1).view(targets.sizes());  // the first maximal id
+  }
+  // The dtype argument widens bfloat16/float16 logits inside the kernel (no separate copy).
+  const torch::Tensor log_probs = torch::log_softmax(logits2d, 1, compute_dtype(logits));
+  return torch::nll_loss(log_probs, targets.reshape({-1}), /*weight=*/{}, at::Reduction::None)
+      .view(targets.sizes());
+}
+
+torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                  const CommPtr& tp, std::int64_t vocab_size,
+                                  torch::Tensor* predictions) {
+  if (choose_cross_entropy(tp_size_of(tp), logits.device().type()) ==
+      CrossEntropyKernel::kLibTorch) {
+    vocab_slice(logits, tp, vocab_size, "token_cross_entropy");  // the vocabulary's size
+    return libtorch_cross_entropy(logits, targets, predictions);
+  }
+  return vocab_parallel_cross_entropy(logits, targets, tp, vocab_size, predictions);
 }
 
 torch::Tensor vocab_parallel_argmax(const torch::Tensor& logits, const CommPtr& tp,

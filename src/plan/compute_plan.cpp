@@ -82,7 +82,10 @@ double transformer_embedding_parameters(const TransformerShape& s) {
 
 double transformer_forward_flops_per_token(const TransformerShape& s) {
   const double n = transformer_non_embedding_parameters(s);
-  if (!s.swiglu) return transformer_forward_flops_per_token(n, s.layers, s.seq_len, s.width);
+  if (!s.swiglu) {
+    return transformer_forward_flops_per_token(n, s.layers, s.seq_len, s.width) +
+           transformer_head_flops_per_token(s.width, s.vocab_size);
+  }
   const double hd = static_cast<double>(s.head_dim > 0 ? s.head_dim : s.width / s.heads);
   const double head = static_cast<double>(s.vocab_size) * static_cast<double>(s.width);
   return 2.0 * (n + head) + 4.0 * static_cast<double>(s.layers) * static_cast<double>(s.seq_len) *
@@ -94,6 +97,10 @@ double transformer_forward_flops_per_token(double non_embedding_parameters, std:
   return 2.0 * non_embedding_parameters + 2.0 * static_cast<double>(layers) *
                                               static_cast<double>(seq_len) *
                                               static_cast<double>(width);
+}
+
+double transformer_head_flops_per_token(std::int64_t width, std::int64_t vocab) {
+  return 2.0 * static_cast<double>(width) * static_cast<double>(vocab);
 }
 
 double transformer_training_flops(double parameters, double tokens) {

@@ -28,11 +28,15 @@ PlanInputs inputs_from_sizes(const SizeArguments& a, int devices, MemoryInputs& 
     in.parameters = n;
     if (a.params <= 0 && a.vocab > 0) in.parameters += transformer_embedding_parameters(shape);
     const bool attention = shaped && a.seq_len > 0;
+    const bool head = shaped && a.vocab > 0;
     const double per_token =
-        attention ? transformer_forward_flops_per_token(n, a.layers, a.seq_len, a.width) : 2.0 * n;
+        (attention ? transformer_forward_flops_per_token(n, a.layers, a.seq_len, a.width)
+                   : 2.0 * n) +
+        (head ? transformer_head_flops_per_token(a.width, a.vocab) : 0.0);
     in.flops_formula = attention ? "6 N D + 6 layers T width D (training), 2 N D + 2 layers T "
                                    "width D (evaluation)"
                                  : "6 N D (training), 2 N D (evaluation)";
+    if (head) in.flops_formula += ", plus 6 width V D / 2 width V D for the output head";
     // A sample is a sequence when the sequence length is known, else a token.
     in.tokens_per_sample = a.seq_len > 0 ? static_cast<double>(a.seq_len) : 1.0;
     in.forward_flops_per_sample = per_token * in.tokens_per_sample;

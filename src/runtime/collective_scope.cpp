@@ -4,6 +4,7 @@
 
 #include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/position.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::runtime {
 
@@ -41,6 +42,27 @@ CollectiveScope::~CollectiveScope() {
   const bool failed = std::uncaught_exceptions() > exceptions_;
   if (op_.channel && !failed) op_.channel->complete(op_.seq, op_.op);
   FlightRecorder::record_end(op_.record, !failed);
+}
+
+HostSyncScope::HostSyncScope(const char* what) {
+  if (Watchdog::timeout() <= 0) return;
+  // A data-plane channel (named after its group alone: the control planes' collectives block the
+  // host and are watched where they run) with a collective queued and not seen complete.
+  Channel* pending = nullptr;
+  for (Channel* c : channels()) {
+    if (c->name() == c->group() && c->entered() > c->completed()) {
+      pending = c;
+      break;
+    }
+  }
+  std::string detail = str("the host waits on the device for the ", what);
+  if (pending == nullptr) {
+    watch_.emplace("host sync", "device", 0, nullptr, 0, std::move(detail));
+    return;
+  }
+  // Channels live as long as the process, so the group's name outlives the slot.
+  watch_.emplace(pending->entered_op(), pending->group().c_str(), 0, pending, pending->entered(),
+                 str(detail, ", computed after this collective"));
 }
 
 }  // namespace hpctrain::runtime

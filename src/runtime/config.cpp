@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "hpctrain/runtime/utf8.hpp"
 
 namespace hpctrain {
 namespace {
@@ -57,41 +59,6 @@ const char* type_name() {
   return "a list";
 }
 
-// The first byte offset of `text` that is not well-formed UTF-8, or npos.
-std::size_t invalid_utf8(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t extra = 0;
-    unsigned min = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      extra = 1;
-      min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      extra = 2;
-      min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      extra = 3;
-      min = 0x10000;
-    } else {
-      return i;
-    }
-    if (i + extra >= text.size()) return i;  // truncated sequence
-    unsigned code = c & (0x3F >> extra);
-    for (std::size_t k = 1; k <= extra; ++k) {
-      const auto d = static_cast<unsigned char>(text[i + k]);
-      if ((d & 0xC0) != 0x80) return i;
-      code = (code << 6) | (d & 0x3F);
-    }
-    if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += extra + 1;
-  }
-  return std::string::npos;
-}
-
 // Rejects a map that holds a key twice, anywhere in the tree. yaml-cpp keeps both entries and
 // lookups find the first, while PyYAML and the resolved config.yaml readers take the last: the
 // run would use one value and its record show another.
@@ -125,6 +92,17 @@ void check_duplicate_keys(const YAML::Node& node, const std::string& prefix,
   }
 }
 
+// Marks every list and map in `node` as flow style (emitted on one line).
+void set_flow_style(YAML::Node node) {
+  if (!node.IsSequence() && !node.IsMap()) return;
+  node.SetStyle(YAML::EmitterStyle::Flow);
+  if (node.IsSequence()) {
+    for (YAML::Node item : node) set_flow_style(item);
+  } else {
+    for (auto kv : node) set_flow_style(kv.second);
+  }
+}
+
 }  // namespace
 
 Config::Config()
@@ -135,10 +113,11 @@ Config::Config()
 Config Config::parse(const std::string& text, const std::string& origin) {
   Config config;
   config.origin_ = origin;
-  if (const std::size_t bad = invalid_utf8(text); bad != std::string::npos) {
+  if (const std::int64_t bad = runtime::first_invalid_utf8(text); bad >= 0) {
     const auto line =
         std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1;
-    throw ConfigError(str(origin, ": byte 0x", std::hex, +static_cast<unsigned char>(text[bad]),
+    throw ConfigError(str(origin, ": byte 0x", std::hex,
+                          +static_cast<unsigned char>(text[static_cast<std::size_t>(bad)]),
                           std::dec, " at line ", line,
                           " is not UTF-8: a config is UTF-8 text; re-save it as UTF-8"));
   }
@@ -225,6 +204,12 @@ ConfigSection Config::section(const std::string& name) {
 }
 
 void Config::check_unknown_keys() const {
+  // Tests list every key the parsers read (tests/e2e/runtime/docs_examples_test.sh checks each is
+  // documented): HPCTRAIN_CONFIG_KEYS names a file the known keys are appended to.
+  if (const char* keys_file = std::getenv("HPCTRAIN_CONFIG_KEYS"); keys_file && *keys_file) {
+    std::ofstream out(keys_file, std::ios::app);
+    for (const auto& key : *known_) out << key << "\n";
+  }
   std::vector<std::string> leaves;
   collect_leaves(root_, "", leaves);
   std::vector<std::string> problems;
@@ -299,9 +284,14 @@ std::string ConfigSection::get_text_or_list(const std::string& key, const std::s
   YAML::Node value = node_[key];
   if (value.IsDefined() && (value.IsSequence() || value.IsMap())) {
     known_->insert(full_key(key));
+    // A list written as a block (`- a.h5` lines, as docs/DATA.md shows a mixture) keeps its
+    // block style in the node, and the emitter follows the node's style over YAML::Flow: the
+    // text would be "- a.h5\n- b.h5", a single path. A flow copy emits as one line.
+    YAML::Node flow = YAML::Clone(value);
+    set_flow_style(flow);
     YAML::Emitter out;
     out.SetStringFormat(YAML::DoubleQuoted);  // a glob's [0-4] would end a plain flow scalar
-    out << YAML::Flow << value;
+    out << YAML::Flow << flow;
     return out.c_str();
   }
   return get<std::string>(key, fallback);

@@ -1,8 +1,12 @@
 #include "hpctrain/runtime/device.hpp"
 
+// The three LibTorch headers this file calls into, not <torch/torch.h>: runtime is compiled
+// without the LibTorch precompiled header (cmake/HpctrainTargets.cmake).
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 #include <sched.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -70,7 +74,7 @@ DeviceBinding bind_device(const Runtime& runtime, const DeviceRequest& request) 
   const char* flush_env = std::getenv("HPCTRAIN_FLUSH_DENORMAL");
   binding.flush_denormal = flush_env == nullptr || std::string(flush_env) != "0";
   at::globalContext().setFlushDenormal(binding.flush_denormal);
-  torch::set_num_threads(binding.threads);
+  at::set_num_threads(binding.threads);
   set_blas_threads(binding.threads);
 
   const bool have_cuda = cuda_available();

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "hpctrain/runtime/mpi_check.hpp"
+#include "position_listener.hpp"
 
 namespace hpctrain::runtime {
 namespace {
@@ -21,6 +22,11 @@ std::int64_t now_ns() {
 std::atomic<std::int64_t> g_step{0};
 std::atomic<std::uint8_t> g_phase{static_cast<std::uint8_t>(Phase::kStartup)};
 std::atomic<std::int64_t> g_phase_started{now_ns()};
+std::atomic<void (*)()> g_listener{nullptr};
+
+void moved() {
+  if (auto* listener = g_listener.load(std::memory_order_acquire)) listener();
+}
 
 constexpr const char* kPhaseNames[kPhaseCount] = {
     "startup",   "idle",     "data wait",  "forward",         "backward",
@@ -76,12 +82,13 @@ Phase phase_from_name(const std::string& name) {
 
 namespace position {
 void set_step(std::int64_t step) {
-  g_step.store(step, std::memory_order_relaxed);
+  if (g_step.exchange(step, std::memory_order_relaxed) != step) moved();
 }
 void set_phase(Phase phase) {
   if (g_phase.load(std::memory_order_relaxed) == static_cast<std::uint8_t>(phase)) return;
   g_phase_started.store(now_ns(), std::memory_order_relaxed);
   g_phase.store(static_cast<std::uint8_t>(phase), std::memory_order_relaxed);
+  moved();
 }
 std::int64_t step() {
   return g_step.load(std::memory_order_relaxed);
@@ -93,6 +100,10 @@ std::int64_t phase_started_ns() {
   return g_phase_started.load(std::memory_order_relaxed);
 }
 }  // namespace position
+
+void set_position_listener(void (*listener)()) {
+  g_listener.store(listener, std::memory_order_release);
+}
 
 PhaseScope::PhaseScope(Phase phase) : previous_(position::phase()) {
   position::set_phase(phase);
@@ -113,6 +124,7 @@ Channel::Channel(std::string group, std::string plane, std::vector<int> members)
 void Channel::enter(std::uint64_t seq, const char* op) {
   entered_op_.store(op, std::memory_order_relaxed);
   entered_.store(seq, std::memory_order_release);
+  moved();
 }
 
 void Channel::complete(std::uint64_t seq, const char* op) {
@@ -121,6 +133,7 @@ void Channel::complete(std::uint64_t seq, const char* op) {
   if (seq <= done) return;
   completed_op_.store(op, std::memory_order_relaxed);
   completed_.store(seq, std::memory_order_release);
+  moved();
 }
 
 ChannelState Channel::snapshot() const {

@@ -138,8 +138,10 @@ bool any_silent(const std::vector<int>& peers, const std::vector<RankPosition>& 
       }
     }
     if (!where.empty()) {
-      text += ". Its peers: " + where;
-      summary += ". Its peers: " + where;
+      // The waiting rank's own step, to read the peers' steps against.
+      const std::string at = str(" at step ", position::step(), " on rank ", world_rank);
+      text += at + ". Its peers: " + where;
+      summary += at + ". Its peers: " + where;
     }
   } else if (slot.channel != nullptr && PeerMonitor::timeout() <= 0) {
     const std::string why = PeerMonitor::off_reason();

@@ -53,6 +53,7 @@ nlohmann::ordered_json build_ledger(const PhaseSeconds& mine, const LedgerFacts&
   j["steps"] = f.steps;
   j["precision"] = precision_name(f.precision);
   j["tf32"] = {{"matmul", f.tf32_matmul}, {"cudnn", f.tf32_cudnn}, {"source", f.tf32_source}};
+  j["kernels"] = {{"optimizer", f.optimizer_kernel}, {"cross_entropy", f.cross_entropy_kernel}};
   j["skipped_steps"] = f.skipped_steps;
   if (f.loss_scale > 0) j["loss_scale"] = f.loss_scale;
   j["samples_trained"] = f.samples_trained;

@@ -3,6 +3,7 @@
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/llama.hpp"
 #include "hpctrain/parallel/data_parallel_strategy.hpp"
+#include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
@@ -18,6 +19,7 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
         item.second.numel() * static_cast<std::int64_t>(item.second.element_size());
   }
   facts.shard_optimizer = optimizer.sharded();
+  facts.optimizer_kernel = optimizer.kernel();
   facts.shard = parallel::shard_mode_name(dp.mode());
   const parallel::StrategyTraffic traffic = dp.traffic_per_step(cfg.optim.grad_accumulation);
   facts.dp_all_reduce_bytes = traffic.all_reduce_bytes;
@@ -45,10 +47,17 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
   if (recompute == model::Recompute::kBlock) mode = plan::RecomputeMode::kBlock;
   if (recompute == model::Recompute::kAttention) mode = plan::RecomputeMode::kAttention;
   facts.recompute = plan::recompute_name(mode);
+  const bool on_cpu = facts.device.rfind("cpu", 0) == 0;
+  facts.cross_entropy_kernel =
+      parallel::choose_cross_entropy(facts.tp,
+                                     on_cpu ? c10::DeviceType::CPU : c10::DeviceType::CUDA) ==
+              parallel::CrossEntropyKernel::kLibTorch
+          ? "libtorch"
+          : "vocab parallel";
   facts.activation_bytes_estimate =
       plan::gpt_activation_bytes(shape, heads, cfg.data.batch_size, facts.tp,
                                  activation_element_bytes(cfg.run.precision), dropout, mode,
-                                 facts.device.rfind("cpu", 0) == 0 ? plan::kCpuDropoutMask : 1)
+                                 on_cpu ? plan::kCpuDropoutMask : 1)
           .total();
 }
 

@@ -4,8 +4,10 @@
 
 #include <cmath>
 
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::train {
@@ -145,12 +147,60 @@ Optimizer::Optimizer(std::vector<parallel::OptimizerSegment> segments,
     exp_avg_ = torch::zeros({state_numel}, options);
     exp_avg_sq_ = torch::zeros({state_numel}, options);
   }
-  if (!fusable(segments_.front().params)) scratch_ = torch::empty({state_numel}, options);
+  const torch::Tensor& first = segments_.front().params;
+  if (config_.kind != OptimizerKind::kSgd) {
+    bool uniform = true;  // the fused kernel takes lists of one dtype and device
+    for (const auto& s : segments_) {
+      uniform = uniform && s.params.scalar_type() == first.scalar_type() &&
+                s.grads.scalar_type() == first.scalar_type() && s.params.device() == first.device();
+    }
+    if (uniform &&
+        compat::choose_adam_kernel(first.device().type(), first.scalar_type(),
+                                   first.is_contiguous()) == compat::AdamKernel::kFusedDevice) {
+      fused_ = true;
+      step_count_ = torch::zeros({}, options.dtype(torch::kFloat));
+    }
+  }
+  if (!fusable(first) && !fused_) scratch_ = torch::empty({state_numel}, options);
+}
+
+bool Optimizer::fusable_cpu() const {
+  return fusable(segments_.front().params);
+}
+
+bool Optimizer::fused_step(double lr) {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  std::int64_t state_offset = 0;
+  for (const auto& segment : segments_) {
+    const std::int64_t numel = segment.params.numel();
+    if (numel > 0) {
+      params.push_back(segment.params);
+      grads.push_back(segment.grads);
+      exp_avgs.push_back(exp_avg_.narrow(0, state_offset, numel));
+      exp_avg_sqs.push_back(exp_avg_sq_.narrow(0, state_offset, numel));
+    }
+    state_offset += numel;
+  }
+  step_count_.fill_(static_cast<double>(steps_));  // queued on the device: no host wait
+  try {
+    compat::fused_adam_step(params, grads, exp_avgs, exp_avg_sqs, step_count_, lr, config_.beta1,
+                            config_.beta2, config_.weight_decay, config_.eps,
+                            config_.kind == OptimizerKind::kAdamW);
+    return true;
+  } catch (const c10::Error& e) {
+    // LibTorch checks the lists before it launches anything: nothing was updated yet.
+    log::rank_warn(str("optimizer: LibTorch's fused Adam kernel refused the parameters (",
+                       e.what_without_backtrace(), "); using the unfused update from now on"));
+    fused_ = false;
+    scratch_ = torch::empty({state_offset}, segments_.front().params.options());
+    return false;
+  }
 }
 
 void Optimizer::step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
+  if (fused_ && fused_step(lr)) return;
   std::int64_t state_offset = 0;
   for (const auto& segment : segments_) {
     if (segment.params.numel() > 0) step_segment(segment, state_offset, lr);

@@ -122,8 +122,8 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
         f.shape.swiglu
             ? "per token 2 (N + V D) + 4 layers T heads head_dim forward (N non-embedding, the "
               "head counted), training 3x: 6 N D plus the head and attention"
-            : "per sequence 2 N T + 2 layers T^2 width forward (N non-embedding), training 3x: "
-              "6 N D plus attention";
+            : "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
+              "non-embedding), training 3x: 6 N D plus attention and head";
   } else {
     if (pp > 1) {
       throw ConfigError(str("model.name = ", in.model_name,

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "hpctrain/compat/torch_compat.hpp"
+
 namespace hpctrain::train {
 namespace {
 
@@ -36,11 +38,11 @@ void delete_counted(void* data) {
 }
 
 // Forwards to the allocator LibTorch had (the default CPU allocator), kHeader bytes more.
-class CountingAllocator final : public c10::Allocator {
+class CountingAllocator final : public compat::CpuAllocatorBase {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate_block(size_t n) const override {
     if (n == 0) return inner_->allocate(0);
     c10::DataPtr block = inner_->allocate(n + kHeader);
     const c10::Device device = block.device();

@@ -18,6 +18,7 @@
 #include "hpctrain/eval/evaluator.hpp"
 #include "hpctrain/model/task_loss.hpp"
 #include "hpctrain/plan/pipeline_schedule.hpp"
+#include "hpctrain/runtime/clock.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/flight_recorder.hpp"
@@ -48,9 +49,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using runtime::seconds_since;
 
 double thread_cpu_seconds() {
   timespec t{};

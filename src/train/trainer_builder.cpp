@@ -50,9 +50,7 @@ void TrainerBuilder::build(TrainerParts& p, checkpoint::Checkpointer::Content co
   std::unique_ptr<checkpoint::CheckpointManager> manager = resume(p);
   // Pretrained weights start a fresh run only: a resumed one continues from its checkpoint.
   if (p.resumed_from.empty() && !p.cfg.model.init_from.empty()) {
-    p.dp->parameters_ready();
-    init_weights_from(*p.model, p.cfg.model.init_from, p.env);
-    p.dp->parameters_written();
+    init_weights_from(*p.model, p.cfg.model.init_from, p.env, *p.dp);
   }
   // Before the first save has been timed, assume 100 MB/s for the parameters and optimizer state.
   std::int64_t local_parameters = 0;
@@ -242,7 +240,16 @@ std::unique_ptr<checkpoint::CheckpointManager> TrainerBuilder::resume(TrainerPar
   options.metric_name = eval::metric_name(metric);
   auto ckpt = std::make_unique<checkpoint::CheckpointManager>(cfg.run.dir, p.env.grid, options);
 
-  auto path = ckpt->resolve(resume_);
+  // A manifest resealed with impossible values verifies by checksum: `auto` skips it like a
+  // damaged one and falls back to an older checkpoint (docs/CHECKPOINTS.md, "Trust").
+  const ResumeFacts facts{p.sampler->num_samples(), p.env.runtime.world_size()};
+  auto path = ckpt->resolve(resume_, [facts](const nlohmann::json& manifest) {
+    if (manifest.contains("trainer_state")) TrainerState::from_json(manifest.at("trainer_state"));
+    std::string list;
+    for (const auto& problem : resume_state_problems(manifest, facts))
+      list += (list.empty() ? "" : "; ") + problem;
+    return list;
+  });
   if (!path) {
     if (resume_ == "auto") log::debug("no checkpoint to resume from: starting at step 0");
     return ckpt;

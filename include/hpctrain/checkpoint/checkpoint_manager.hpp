@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/checkpoint/verify.hpp"
 #include "hpctrain/model/model.hpp"
 
 namespace hpctrain::runtime {
@@ -143,9 +144,10 @@ class CheckpointManager {
   /// Which checkpoint to resume from: resume = "none" -> nullopt; "auto" -> the `latest` one if
   /// it verifies, else the newest that verifies (logging why others were skipped), nullopt if
   /// none; a path (or a step_<N> name inside <run_dir>/checkpoints) -> that one, or
-  /// CheckpointError if it does not verify. Rank 0 verifies and broadcasts the decision.
-  /// Collective over the world.
-  std::optional<std::string> resolve(const std::string& resume);
+  /// CheckpointError if it does not verify. `check` vets a verified manifest as the reader needs
+  /// it (choose_resume): a checkpoint it refuses is skipped like one that does not verify. Rank 0
+  /// verifies and broadcasts the decision. Collective over the world.
+  std::optional<std::string> resolve(const std::string& resume, const ManifestCheck& check = {});
 
   /// Loads the checkpoint at `dir` into `targets` (each record's `local` is written in place
   /// with this rank's slab of the logical tensor, resharding for any tp size; padding rows past

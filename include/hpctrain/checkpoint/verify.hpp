@@ -2,6 +2,7 @@
 // Finding and verifying checkpoints without loading them: what resolve("auto") and
 // `hpctrain inspect checkpoint` build on. Everything here is local (no MPI) and reads files only.
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -52,10 +53,17 @@ struct ResumeChoice {
   std::vector<std::string> skipped;  ///< "<dir>: <reason>" for each candidate that failed
 };
 
+/// A reader's own check of a verified manifest: "" when the reader can use it, else what is wrong
+/// ("trainer_state.epoch is 99 but ..."). A manifest edited and resealed verifies by checksum;
+/// its impossible values count like a checksum mismatch (docs/CHECKPOINTS.md, "Trust").
+using ManifestCheck = std::function<std::string(const nlohmann::json& manifest)>;
+
 /// resume = "none" (or empty): nothing. "auto": the checkpoint `latest` names if it verifies,
 /// else the newest committed one that verifies, else nothing. Any other value: that directory
 /// (a path, or a step_<N> name inside <run_dir>/checkpoints), or `error` saying why it does not
-/// verify. Never picks a temporary directory. Local (reads and checksums the files).
-ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume);
+/// verify. A checkpoint verifies when its files do and `check` (if any) finds nothing wrong in its
+/// manifest. Never picks a temporary directory. Local (reads and checksums the files).
+ResumeChoice choose_resume(const std::string& run_dir, const std::string& resume,
+                           const ManifestCheck& check = {});
 
 }  // namespace hpctrain::checkpoint

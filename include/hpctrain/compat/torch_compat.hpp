@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #define HPCTRAIN_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||           \
@@ -60,6 +61,90 @@ inline torch::Tensor causal_scaled_dot_product_attention(const torch::Tensor& q,
   (void)v;
   (void)dropout;
   throw std::logic_error("scaled_dot_product_attention needs LibTorch 2.0 or later");
+#endif
+}
+
+/// c10::Allocator for hpctrain's own CPU allocators, one interface across versions: derive and
+/// implement allocate_block(). LibTorch 2.3 made Allocator::allocate non-const (it changes the
+/// allocator's state) and added the pure virtual copy_data (used by Allocator::clone); 1.13's
+/// allocate is const. Local.
+class CpuAllocatorBase : public c10::Allocator {
+ public:
+#if HPCTRAIN_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t n) override {
+    return allocate_block(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override {
+    return allocate_block(n);
+  }
+#endif
+
+ protected:
+  /// What Allocator::allocate returns for `n` bytes.
+  virtual c10::DataPtr allocate_block(size_t n) const = 0;
+};
+
+/// True where LibTorch has the fused multi-tensor Adam and AdamW kernels (at::_fused_adam_,
+/// at::_fused_adamw_: CUDA from 2.0, the CPU too from 2.4). Local.
+constexpr bool kHasFusedAdam = HPCTRAIN_TORCH_AT_LEAST(2, 0);
+/// Whether those kernels exist for tensors on `device` in this LibTorch. Local.
+inline bool fused_adam_runs_on(c10::DeviceType device) {
+  if (device == c10::DeviceType::CUDA) return kHasFusedAdam;
+  if (device == c10::DeviceType::CPU) return HPCTRAIN_TORCH_AT_LEAST(2, 4);
+  return false;
+}
+
+/// How an Adam or AdamW update runs (train/optimizer.cpp).
+enum class AdamKernel {
+  kCpuLoop,      ///< hpctrain's single-pass loop over contiguous float32 CPU buffers
+  kFusedDevice,  ///< LibTorch's fused multi-tensor kernel (fused_adam_step), on CUDA
+  kTensorOps,    ///< one LibTorch operation per line of the update rule: any device and dtype
+};
+
+/// The kernel for parameters and gradients of `dtype` on `device` (`contiguous`: both are).
+/// `fused_on_cuda`: whether this LibTorch has the fused kernels on CUDA (kHasFusedAdam; tests pass
+/// either). The CPU keeps hpctrain's own loop (its results are bitwise those of every earlier
+/// release); CUDA takes the fused kernel where there is one. Local, pure.
+inline AdamKernel choose_adam_kernel(c10::DeviceType device, c10::ScalarType dtype, bool contiguous,
+                                     bool fused_on_cuda = kHasFusedAdam) {
+  if (device == c10::DeviceType::CPU && dtype == at::kFloat && contiguous) {
+    return AdamKernel::kCpuLoop;
+  }
+  const bool floating =
+      dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16;
+  if (device == c10::DeviceType::CUDA && fused_on_cuda && floating) return AdamKernel::kFusedDevice;
+  return AdamKernel::kTensorOps;
+}
+
+/// One Adam (`decoupled` false: L2 weight decay added to the gradient) or AdamW (decoupled weight
+/// decay) update of every tensor of `params` in LibTorch's fused kernel: torch.optim's
+/// fused=True rule, the moments updated in place. The lists match element for element (same
+/// dtype and device); `step` is a float32 tensor on their device holding the update count, bias
+/// corrections included. Only where fused_adam_runs_on(the device); throws std::logic_error on
+/// an older LibTorch and c10::Error where LibTorch refuses the tensors. Local.
+inline void fused_adam_step(const std::vector<at::Tensor>& params,
+                            const std::vector<at::Tensor>& grads,
+                            const std::vector<at::Tensor>& exp_avgs,
+                            const std::vector<at::Tensor>& exp_avg_sqs, const at::Tensor& step,
+                            double lr, double beta1, double beta2, double weight_decay, double eps,
+                            bool decoupled) {
+#if HPCTRAIN_TORCH_AT_LEAST(2, 0)
+  const std::vector<at::Tensor> steps(params.size(), step);
+  if (decoupled) {
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList(), steps, lr, beta1,
+                      beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  } else {
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList(), steps, lr, beta1,
+                     beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+#else
+  (void)params, (void)grads, (void)exp_avgs, (void)exp_avg_sqs, (void)step, (void)lr;
+  (void)beta1, (void)beta2, (void)weight_decay, (void)eps, (void)decoupled;
+  throw std::logic_error("the fused Adam kernels need LibTorch 2.0 or later");
 #endif
 }
 

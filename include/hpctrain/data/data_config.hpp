@@ -23,6 +23,10 @@ struct DataConfig {
   bool shuffle = true;            ///< data.shuffle: permute each epoch (else sequential)
   int prefetch = 4;               ///< data.prefetch: batches read ahead (0 = read inline)
   std::uint64_t chunk_cache = 0;  ///< data.chunk_cache: bytes, 0 = "auto" (see ReadOptions)
+  /// data.tokenizer: the tokenizer the run's token files were made with, as load_tokenizer
+  /// (tokenizer.hpp) takes it: "bytes", a tokenizer.json, a folder or a .tiktoken file; generation
+  /// and evaluation decode with it
+  std::string tokenizer = "bytes";
 
   /// Reads and validates the keys of `data_section` (recording defaults); throws ConfigError
   /// naming the key ("data.batch_size = 0: must be at least 1"). Local: every rank reads the

@@ -38,6 +38,10 @@ void write_regression_file(const std::string& path, const torch::Tensor& inputs,
 void write_token_file(const std::string& path, const std::vector<std::uint16_t>& tokens,
                       std::int64_t vocab_size, const std::string& tokenizer,
                       const Provenance& provenance);
+/// The same with uint32 token ids (vocabularies beyond 65536: prepare text). Local.
+void write_token_file(const std::string& path, const std::vector<std::uint32_t>& tokens,
+                      std::int64_t vocab_size, const std::string& tokenizer,
+                      const Provenance& provenance);
 /// The same with int32 token ids (vocabularies beyond 65536). Local.
 void write_token_file(const std::string& path, const std::vector<std::int32_t>& tokens,
                       std::int64_t vocab_size, const std::string& tokenizer,

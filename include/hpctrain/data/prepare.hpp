@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace hpctrain::comm {
+class ControlPlane;
+}
+
 namespace hpctrain::data {
 
 /// One written file: its path, what it holds, and how many samples or tokens.
@@ -29,11 +33,33 @@ std::vector<PreparedFile> prepare_fashion_mnist(const std::string& from_dir,
                                                 const std::string& out_dir,
                                                 const std::string& created_by);
 
-/// Byte-level tokenization of UTF-8 text files (vocabulary 256, token = byte). The last
-/// `val_fraction` of each file (cut at the next line break) goes to `out_dir`/val.h5, the rest to
-/// `out_dir`/train.h5, both /tokens uint16 with vocab_size 256 and tokenizer "bytes". Throws
-/// DataError for a missing file, invalid UTF-8 (with the byte offset) or a split left empty.
-/// Local.
+/// `hpctrain prepare text`: UTF-8 text files to token files. Local value type.
+struct TextPrepareOptions {
+  std::vector<std::string> inputs;
+  std::string out_dir;
+  /// The tail of each file (from the line break after the cut) goes to val.h5; 0: train.h5 only.
+  double val_fraction = 0.1;
+  std::string tokenizer = "bytes";  ///< what load_tokenizer (tokenizer.hpp) takes
+  /// Where documents end, each followed by the tokenizer's end-of-text token: "file" (each
+  /// file's train and val parts), "blank-line" (paragraphs; the blank lines are dropped) or
+  /// "none" (files concatenated, no token between). "" = file when the tokenizer has an
+  /// end-of-text token, else none.
+  std::string doc_separator;
+  std::string created_by;
+};
+
+/// Tokenizes the inputs into `out_dir`/train.h5 (and val.h5 unless val_fraction is 0): /tokens
+/// uint16 for a vocabulary up to 65536, else uint32, with attributes vocab_size (the tokenizer's)
+/// and tokenizer (its identity). Each rank of `world` reads every file and encodes a contiguous
+/// share of the documents (by bytes); world rank 0 gathers the ids in document order and writes
+/// the files, so they are the same at any rank count. Throws DataError for a missing file,
+/// invalid UTF-8 (with the byte offset), a bad tokenizer or a split left empty; ConfigError for
+/// bad options. Collective over `world` (nullptr: this process alone).
+std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
+                                       comm::ControlPlane* world);
+
+/// Byte-level tokens, one rank, one document per file part: the same as prepare_text with
+/// tokenizer "bytes", doc_separator "none". Local.
 std::vector<PreparedFile> prepare_text(const std::vector<std::string>& inputs,
                                        const std::string& out_dir, double val_fraction,
                                        const std::string& created_by);

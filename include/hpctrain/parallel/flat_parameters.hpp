@@ -45,8 +45,13 @@ struct FlatBuckets {
 };
 
 /// Sum of squares of the float tensor `t`, accumulated in double over fixed chunks (the result
-/// does not depend on the thread count). Local.
+/// does not depend on the thread count); on a device, square_sum_by_rows. Local.
 double square_sum(const torch::Tensor& t);
+/// Sum of squares of `t` on any device without a float64 copy of it: norms of rows of 64 Ki
+/// elements accumulated in float32 (float64 for a double tensor), their squares summed in float64
+/// (relative error ~1e-6). The one host read is watched as the "gradient norm" host sync
+/// (comm/host_value.hpp). Local.
+double square_sum_by_rows(const torch::Tensor& t);
 
 class FlatParameters {
  public:

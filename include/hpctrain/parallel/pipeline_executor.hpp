@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "hpctrain/comm/communicator.hpp"
+#include "hpctrain/comm/device_timer.hpp"
 #include "hpctrain/plan/pipeline_schedule.hpp"
 
 namespace hpctrain::parallel {
@@ -40,7 +41,9 @@ struct PipelineStage {
   std::function<void(int micro_batch, int chunk)> before_backward;
 };
 
-/// Seconds of one run, on the host clock.
+/// Seconds of one run: forward and backward on the host clock (the time to queue them on a GPU);
+/// wait and wall on the host clock on the CPU, and on a GPU from events on the compute stream
+/// (the host does not wait at a receive there).
 struct PipelineTimes {
   double forward = 0;   ///< in PipelineStage::forward
   double backward = 0;  ///< in backward
@@ -72,6 +75,10 @@ class PipelineExecutor {
   torch::Device device_;
   torch::ScalarType dtype_;
   int lane_ = 0;  // trace lane of this rank's stages
+  // On a GPU: the bubble and the span timed on the compute stream (kDeviceWait, kDeviceWall).
+  static constexpr int kDeviceWait = 0;
+  static constexpr int kDeviceWall = 1;
+  std::unique_ptr<comm::DeviceTimer> device_timer_;
 };
 
 }  // namespace hpctrain::parallel

@@ -35,6 +35,10 @@ inline int tp_rank_of(const CommPtr& tp) {
 inline int tp_size_of(const CommPtr& tp) {
   return tp ? tp->size() : 1;
 }
+/// Whether the tp group spans more than one rank (false for a null group). Local.
+inline bool is_parallel(const CommPtr& tp) {
+  return tp && tp->size() > 1;
+}
 
 /// Identity forward; the backward all-reduces (sums) the gradient over the tp group. Put in front
 /// of a layer whose shards each read the whole (replicated) input. Collective over tp in

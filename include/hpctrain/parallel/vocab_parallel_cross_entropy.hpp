@@ -28,6 +28,30 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits,
                                            std::int64_t vocab_size,
                                            torch::Tensor* predictions = nullptr);
 
+/// Which function computes a language model's per-token loss.
+enum class CrossEntropyKernel {
+  kVocabParallel,  ///< vocab_parallel_cross_entropy: tp > 1, and every CPU run
+  kLibTorch,       ///< libtorch_cross_entropy: LibTorch's fused log_softmax and nll_loss kernels
+};
+/// The kernel for a tp group of `tp_size` on `device`: LibTorch's own at tp = 1 on a GPU (one
+/// fused kernel each way instead of a chain of elementwise passes over [tokens, vocab]); the
+/// vocab-parallel function wherever the vocabulary is split, and on the CPU, whose results stay
+/// bitwise those of earlier releases. Local, pure.
+CrossEntropyKernel choose_cross_entropy(int tp_size, c10::DeviceType device);
+
+/// Per-token cross entropy [...] of full-vocabulary `logits` [..., vocab] against `targets` [...]
+/// through LibTorch (log_softmax in float32, or float64 for float64 logits, then nll_loss), and the
+/// top-1 ids in `predictions` when given (lowest id on ties). The same values as
+/// vocab_parallel_cross_entropy at tp = 1 up to float rounding. Differentiable. Local.
+torch::Tensor libtorch_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                     torch::Tensor* predictions = nullptr);
+
+/// The per-token loss through choose_cross_entropy's kernel (the arguments of
+/// vocab_parallel_cross_entropy). Collective over tp when tp > 1.
+torch::Tensor token_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                  const CommPtr& tp, std::int64_t vocab_size,
+                                  torch::Tensor* predictions = nullptr);
+
 /// Global top-1 ids [...] (int64, lowest id on ties) of vocabulary-sharded `logits`
 /// [..., ceil(vocab_size / tp)]. Not differentiable. Collective over tp.
 torch::Tensor vocab_parallel_argmax(const torch::Tensor& logits, const CommPtr& tp,

@@ -66,7 +66,12 @@ double transformer_embedding_parameters(const TransformerShape& shape);
 /// scores and the weighted sum of values, Kaplan et al. 2020, eq. 2.2). Local.
 double transformer_forward_flops_per_token(double non_embedding_parameters, std::int64_t layers,
                                            std::int64_t seq_len, std::int64_t width);
-/// Forward FLOPs per token of `shape` at its seq_len. gpt: as above. llama: 2 (N + V D) +
+/// Forward FLOPs per token of the output head's matrix product, 2 width vocab: the logits of every
+/// position. Kaplan's 2 N leaves it out with the embeddings, yet it is a matrix product like the
+/// blocks' (29% of gpt2-124m's matrix-product work), so throughput and MFU count it. Local.
+double transformer_head_flops_per_token(std::int64_t width, std::int64_t vocab);
+/// Forward FLOPs per token of `shape` at its seq_len. gpt: the above plus
+/// transformer_head_flops_per_token. llama: 2 (N + V D) +
 /// 4 layers T H hd: every matrix including the output head (tied or not: the head is a matmul
 /// either way; the embedding lookup is not), plus the scores q k^T and the weighted sum of v,
 /// 2 T H hd each (PaLM's count, Chowdhery et al. 2022, appendix B; causal masking not

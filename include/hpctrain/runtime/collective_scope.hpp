@@ -57,4 +57,23 @@ class CollectiveScope {
   std::optional<Watchdog::Scope> watch_;
 };
 
+/// A host wait for a value computed on the device (a `.item()` of the gradient norm or the loss)
+/// for the scope's lifetime. On a GPU the host queues collectives without waiting for them
+/// (CollectiveScope ends once a collective is queued), so the first host read of a device value
+/// after them is where the rank blocks when a peer never joins one: without this scope such a wait
+/// would hang unseen. Watched by the collective watchdog as the newest data-plane collective this
+/// rank queued and has not seen complete (the wait covers every collective queued before it), or
+/// as a "host sync" of the device alone when none is pending; `what` names the value in the
+/// report. Costs one watchdog slot (a mutex, ~100 ns). Local.
+class HostSyncScope {
+ public:
+  /// `what`: a string literal ("gradient norm").
+  explicit HostSyncScope(const char* what);
+  HostSyncScope(const HostSyncScope&) = delete;
+  HostSyncScope& operator=(const HostSyncScope&) = delete;
+
+ private:
+  std::optional<Watchdog::Scope> watch_;
+};
+
 }  // namespace hpctrain::runtime

@@ -84,6 +84,10 @@ struct LedgerFacts {
   std::int64_t dp_reduce_scatter_bytes = 0;
   std::int64_t dp_all_gather_bytes = 0;
   std::string recompute = "none";
+  /// Which kernels ran the steps: the optimizer's update (Optimizer::kernel()) and the language
+  /// model loss ("vocab parallel", "libtorch"; empty for other tasks).
+  std::string optimizer_kernel;
+  std::string cross_entropy_kernel;
 };
 
 /// Builds the ledger from every rank's phase times (rank-seconds are sums over ranks, and each

@@ -62,8 +62,17 @@ class Optimizer {
   /// Whether the state covers only this dp rank's owned ranges. Local.
   bool sharded() const { return sharded_; }
   const OptimizerConfig& config() const { return config_; }
+  /// "fused" where Adam/AdamW runs in LibTorch's fused multi-tensor kernel (CUDA, LibTorch 2.x),
+  /// else "host loop" (float32 on the CPU) or "tensor ops". Local.
+  const char* kernel() const {
+    return fused_ ? "fused" : fusable_cpu() ? "host loop" : "tensor ops";
+  }
 
  private:
+  /// The update of every segment in one fused kernel; false (and the unfused path from now on)
+  /// when LibTorch refuses it.
+  bool fused_step(double lr);
+  bool fusable_cpu() const;
   /// The update rule on one segment, whose state starts at `state_offset`.
   void step_segment(const parallel::OptimizerSegment& segment, std::int64_t state_offset,
                     double lr);
@@ -76,6 +85,8 @@ class Optimizer {
   torch::Tensor exp_avg_sq_;
   torch::Tensor momentum_;
   torch::Tensor scratch_;
+  bool fused_ = false;        ///< compat::AdamKernel::kFusedDevice chosen
+  torch::Tensor step_count_;  ///< the fused kernel's update count, on the device
 };
 
 }  // namespace hpctrain::train

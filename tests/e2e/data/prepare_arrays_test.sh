@@ -88,6 +88,16 @@ expect_exit 3 "$TMP/e-odd.txt" "$HPCTRAIN_BIN" prepare tokens "$in/odd.bin" --vo
 expect_grep "odd.bin' is truncated: 1999 bytes is not a whole number of uint16 tokens .* at byte offset 1998" "$TMP/e-odd.txt"
 expect_exit 3 "$TMP/e-magic.txt" "$HPCTRAIN_BIN" prepare tokens "$in/magic.bin" --format llmc --vocab 300 --out "$TMP/e2"
 expect_grep "byte offset 0 holds 12345, expected llm.c's magic number 20240520" "$TMP/e-magic.txt"
+# --format auto (the default) must not read a damaged llm.c header as 512 raw tokens.
+expect_exit 3 "$TMP/e-magic-auto.txt" "$HPCTRAIN_BIN" prepare tokens "$in/magic.bin" --vocab 300 --out "$TMP/e7"
+expect_grep "magic.bin': byte offset 0 holds 12345, expected llm.c's magic number 20240520, but byte offsets 4 and 8 \(version 1, 700 tokens\) describe an llm.c .bin file of exactly this size" "$TMP/e-magic-auto.txt"
+# A FIFO as input ends at once (it is never opened), whatever the format.
+mkfifo "$in/fifo.bin"
+for format in auto raw llmc npy; do
+  expect_exit 3 "$TMP/e-fifo-$format.txt" timeout 20 "$HPCTRAIN_BIN" prepare tokens "$in/fifo.bin" \
+    --format "$format" --vocab 300 --out "$TMP/e8"
+  expect_grep "token file '$in/fifo.bin' is not a regular file" "$TMP/e-fifo-$format.txt"
+done
 expect_exit 3 "$TMP/e-short.txt" mpirun_np 2 "$HPCTRAIN_BIN" prepare tokens "$in/short.bin" --vocab 300 --out "$TMP/e3"
 expect_grep "short.bin' is truncated: its header promises 800 uint16 values .* the file ends at byte offset 2424" "$TMP/e-short.txt"
 [[ $(grep -c "is truncated" "$TMP/e-short.txt") -eq 1 ]] || fail "the error is not printed once"
@@ -98,7 +108,7 @@ expect_exit 3 "$TMP/e-vocab.txt" mpirun_np 2 "$HPCTRAIN_BIN" prepare tokens "$in
 expect_grep "token id 400 at byte offset 246 \(token 123\) is outside the vocabulary \[0, 300\)" "$TMP/e-vocab.txt"
 expect_exit 3 "$TMP/e-x.txt" "$HPCTRAIN_BIN" prepare numpy --inputs "$in/y.npy" --labels "$in/y.npy" --out "$TMP/e6"
 expect_grep "dtype int32 .*expected uint8, float32 or float64" "$TMP/e-x.txt"
-for d in e1 e2 e3 e4 e6; do
+for d in e1 e2 e3 e4 e6 e7 e8; do
   [[ -z $(ls -A "$TMP/$d" 2>/dev/null) ]] || fail "$d: a refused conversion left files: $(ls "$TMP/$d")"
 done
 

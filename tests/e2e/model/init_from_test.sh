@@ -150,6 +150,31 @@ print(f"{near:.4f} of {moved.numel()} moved weights moved by lr (a fresh Adam's 
 assert near > 0.95, near
 PY
 
+# Full sharding with bfloat16 gathered copies (issue 44, item 8): the weights reach the float32
+# master chunks as the file holds them, not rounded through the bfloat16 copies. A learning rate of
+# 1e-30 leaves float32 weights as they were: the step-1 checkpoint (float32, logical) of dp = 2 x
+# full x bfloat16 equals that of dp = 2 x none, tensor for tensor.
+for mode in none bf16; do
+  shard=()
+  [[ $mode == bf16 ]] && shard=(--set parallel.shard=full --set parallel.param_dtype=bfloat16)
+  expect_exit 0 "$TMP/init_$mode.txt" "${train[@]}" --set parallel.tp=1 "${shard[@]}" \
+    --set "run.dir=$TMP/run_init_$mode" --set "model.init_from=$W/gpt2.safetensors" \
+    --set run.max_steps=1 --set optim.lr=1e-30 --set checkpoint.at_end=true
+done
+$PY - "$TMP/run_init_none" "$TMP/run_init_bf16" "$HPCTRAIN_SOURCE_DIR/scripts" <<'PY' ||
+import sys, torch
+none, bf16, scripts = sys.argv[1:]
+sys.path.insert(0, scripts)
+import load_checkpoint
+want = load_checkpoint.load_state_dict(none)
+got = load_checkpoint.load_state_dict(bf16)
+assert set(got) == set(want), (sorted(got), sorted(want))
+rounded = [k for k in want if not torch.equal(got[k], want[k])]
+assert not rounded, f"differ from the file's float32 values: {rounded}"
+print(f"full x bfloat16: the {len(want)} float32 tensors equal shard none's after init_from")
+PY
+  fail "model.init_from under parallel.param_dtype: bfloat16 rounded the weights"
+
 # The key is known to every command that reads a model section: plan, and eval of a run that used
 # it (its stored config holds it).
 expect_exit 0 "$TMP/plan.txt" "$HPCTRAIN_BIN" plan -c "$TMP/tied.yaml" --devices 2 \

@@ -33,7 +33,8 @@ expect_grep "wall time: unknown: give --peak-flops or --calibrate" "$TMP/gpt3.tx
 expect_grep "^note: no times: give --peak-flops" "$TMP/gpt3.txt"
 expect_grep "Young/Daly interval: give --mtbf HOURS" "$TMP/gpt3.txt"
 
-# A shaped transformer adds the attention FLOPs 6 layers T width D and counts its parameters.
+# A shaped transformer adds the attention FLOPs 6 layers T width D and, with a vocabulary, the
+# output head's 6 width V D, and counts its parameters.
 expect_exit 0 "$TMP/shaped.json" "$HPCTRAIN_BIN" plan --layers 4 --width 128 --seq-len 128 \
   --vocab 256 --tokens 1e6 --json
 $PY - "$TMP/shaped.json" <<'PY' || fail "shaped transformer"
@@ -43,7 +44,7 @@ L, d, T, V = 4, 128, 128, 256
 n = L * (12 * d * d + 13 * d) + 2 * d
 assert j["model"]["non_embedding_parameters"] == n, j["model"]
 assert j["model"]["parameters"] == n + V * d + T * d, j["model"]
-want = 6 * n * 1e6 + 6 * L * T * d * 1e6
+want = 6 * n * 1e6 + 6 * L * T * d * 1e6 + 6 * d * V * 1e6
 assert abs(j["flops"]["train"] - want) <= 1e-9 * want, (j["flops"], want)
 PY
 
@@ -59,7 +60,7 @@ n = L * (12 * d * d + 13 * d) + 2 * d
 m, w = j["model"], j["workload"]
 assert m["name"] == "gpt" and m["tokens_per_sample"] == T, m
 assert m["parameters"] == n + V * d + T * d, m
-assert m["forward_flops_per_sample"] == 2 * n * T + 2 * L * T * T * d, m
+assert m["forward_flops_per_sample"] == 2 * n * T + 2 * L * T * T * d + 2 * d * V * T, m
 assert w["global_batch"] == 32 and w["steps"] == 10000 // 32, w  # batch 32 x dp 1
 assert w["eval_passes"] == 2, w  # every 200 steps: 200, then the end (312)
 assert j["checkpoint"]["optimizer"] == "adamw", j["checkpoint"]

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh in its CPU plumbing mode (issue 26): a tiny gpt and CNN for a few steps,
-# this machine's MPI (no kit), the existing build. Checks: exit 0 when nothing failed; every
-# phase recorded, gpu_check.json valid after every phase (the per-phase copies), at most 8 files
-# and no folders in $OUT, each under 16 MiB, no checkpoint in logs.tar.gz, the fp32 runs with TF32
-# off in their ledgers, fp16 skipped on CPU; a phase forced to fail and one forced to hang are
-# recorded with their reasons and the later phases still run (exit 1); past the deadline the
-# remaining phases are skipped and the JSON is still written.
+# scripts/gpu_check.sh in its CPU plumbing mode (issues 26, 43): a tiny gpt and CNN for a few
+# steps, this machine's MPI (no kit), the existing build. Checks: exit 0 when nothing failed; every
+# phase recorded in the order torch, preflight, matmul_roof, gpt_pytorch, build, ...,
+# gpu_check.json valid after every phase (the per-phase copies), at most 8 files and no folders in
+# $OUT, each under 16 MiB, no checkpoint in logs.tar.gz, the fp32 runs with TF32 off in their
+# ledgers, fp16 skipped on CPU; every one-rank phase runs hpctrain as a singleton (an mpirun on
+# PATH that fails is met only by preflight's `mpirun -np 1 true`, which records it); a build that
+# fails (every compile refused) leaves torch, matmul_roof and gpt_pytorch recorded, brings its
+# first error lines back in build_errors.txt and its log's tail in the JSON, and skips only the
+# hpctrain phases (exit 1); a phase forced to fail and one forced to hang are recorded with their
+# reasons and the later phases still run (exit 1); past the deadline the remaining phases are
+# skipped and the JSON is still written.
 source "$(dirname "$0")/../lib.sh"
 script=$HPCTRAIN_SOURCE_DIR/scripts/gpu_check.sh
 data=$TMP/data
@@ -34,8 +39,18 @@ run_check() {  # run_check NAME [VAR=VALUE...]: one check into $TMP/NAME/{out,wo
     "$@" timeout 600 bash "$script" "$TMP/$name/out" >"$TMP/$name.txt" 2>&1
 }
 
+# An mpirun that fails and says so: one-rank phases must not need it (they run as singletons).
+mkdir -p "$TMP/fake-bin"
+cat >"$TMP/fake-bin/mpirun" <<EOF
+#!/bin/sh
+echo "\$*" >>"$TMP/fake-mpirun.calls"
+echo "fake mpirun of the plumbing test: refusing" >&2
+exit 1
+EOF
+chmod +x "$TMP/fake-bin/mpirun"
+
 # --- everything, nothing forced: exit 0 -------------------------------------------------------
-run_check all
+run_check all PATH="$TMP/fake-bin:$PATH"
 rc=$?
 [[ $rc == 0 ]] || fail "the plumbing check exited $rc, not 0 (see $TMP/all.txt)"
 "$PY" - "$TMP/all" <<'PY' || fail "the plumbing check's outputs"
@@ -52,7 +67,7 @@ for e in entries:
         bad.append(f"{e}: not a file under 16 MiB")
 doc = json.load(open(f"{out}/gpu_check.json"))
 phases = list(doc["phases"])
-expected = ["preflight", "torch", "build", "gpt_hpctrain", "matmul_roof", "gpt_pytorch", "cnn_curves",
+expected = ["torch", "preflight", "matmul_roof", "gpt_pytorch", "build", "gpt_hpctrain", "cnn_curves",
             "nccl_allreduce", "ctest_gpu", "eval_cpu_vs_gpu", "cnn_bench", "onnxruntime", "transformers"]
 if phases != expected:
     bad.append(f"phases {phases}")
@@ -89,6 +104,64 @@ if any("step_" in n or n.endswith(".h5") for n in names):
 for want in ("./logs/phase-cnn_curves.log", "./runs/cnn-gpu-fp32/ledger.json", "./runs/cnn-gpu-fp32/metrics.jsonl"):
     if want not in names:
         bad.append(f"logs.tar.gz lacks {want}")
+# The kernels the gpt ran, from its ledger (on a GPU: "fused" and "libtorch").
+if P["gpt_hpctrain"].get("kernels") != {"optimizer": "host loop", "cross_entropy": "vocab parallel"}:
+    bad.append(f"gpt_hpctrain kernels {P['gpt_hpctrain'].get('kernels')}")
+# One-rank phases ran hpctrain without mpirun; preflight recorded the failing mpirun.
+launches = open(f"{work}/logs/launch.log").read().splitlines()
+if not launches or any(not l.startswith("singleton (no mpirun): ") for l in launches):
+    bad.append(f"launches {launches[:5]}")
+if not str(P["preflight"].get("mpirun_np1", "")).startswith("failed (exit 1)"):
+    bad.append(f"preflight's mpirun_np1: {P['preflight'].get('mpirun_np1')}")
+calls = open(f"{root}/../fake-mpirun.calls").read().splitlines()
+if calls not in (["--allow-run-as-root -np 1 true"], ["-np 1 true"]):
+    bad.append(f"mpirun was called as {calls}")
+print("\n".join(bad))
+sys.exit(1 if bad else 0)
+PY
+
+# --- the build fails: the PyTorch phases are recorded, the errors come back, hpctrain's skipped --
+cat >"$TMP/broken-compiler" <<'EOF'
+#!/bin/sh
+# Every compilation fails at once, with a compiler's error line naming the source.
+for a; do case $a in *.cpp | *.cxx | *.c) src=$a ;; esac; done
+echo "${src:-?}:1:1: error: forced compile failure (gpu_check plumbing test)" >&2
+exit 1
+EOF
+chmod +x "$TMP/broken-compiler"
+run_check buildfail GPU_CHECK_SKIP_BUILD= BUILD_DIR="$TMP/broken-build" \
+  GPU_CHECK_CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=$TMP/broken-compiler" \
+  GPU_CHECK_ONLY=torch,preflight,matmul_roof,gpt_pytorch,build,gpt_hpctrain,cnn_bench
+rc=$?
+[[ $rc == 1 ]] || fail "a failed build: exit $rc, not 1 (see $TMP/buildfail.txt)"
+"$PY" - "$TMP/buildfail" <<'PY' || fail "the failed build"
+import json, os, sys
+root = sys.argv[1]
+doc = json.load(open(f"{root}/out/gpu_check.json"))
+P = doc["phases"]
+bad = []
+for n in ("torch", "matmul_roof", "gpt_pytorch", "preflight"):
+    if P[n]["status"] != "ok":
+        bad.append(f"{n} did not run to the end: {P[n]}")
+if not P["gpt_pytorch"].get("tokens_per_s") or not P["matmul_roof"].get("tflops"):
+    bad.append(f"no PyTorch numbers: {P['gpt_pytorch']}, {P['matmul_roof']}")
+b = P["build"]
+if b["status"] != "failed" or "error: forced compile failure" not in b.get("reason", ""):
+    bad.append(f"build {b}")
+if not b.get("build_log_tail") or not any("FAILED" in l for l in b["build_log_tail"]):
+    bad.append(f"build.log's tail is not in the JSON: {b.get('build_log_tail')}")
+for n in ("gpt_hpctrain", "cnn_bench"):
+    if P[n]["status"] != "skipped" or not P[n]["reason"].startswith("build failed: "):
+        bad.append(f"{n} {P[n]}")
+if doc["failed"] != ["build"]:
+    bad.append(f"failed {doc['failed']}")
+entries = sorted(os.listdir(f"{root}/out"))
+if entries != ["build_errors.txt", "gpu_check.json", "gpu_check.log", "logs.tar.gz"]:
+    bad.append(f"$OUT holds {entries}")
+else:
+    errors = open(f"{root}/out/build_errors.txt").read().splitlines()
+    if not 1 <= len(errors) <= 40 or not all("error:" in l for l in errors):
+        bad.append(f"build_errors.txt: {len(errors)} lines: {errors[:3]}")
 print("\n".join(bad))
 sys.exit(1 if bad else 0)
 PY
@@ -103,7 +176,7 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 P = doc["phases"]
 bad = []
-if doc["ok"] or doc["failed"] != ["gpt_hpctrain", "matmul_roof"]:
+if doc["ok"] or doc["failed"] != ["matmul_roof", "gpt_hpctrain"]:
     bad.append(f"failed {doc['failed']}")
 if "forced failure" not in P["gpt_hpctrain"].get("reason", ""):
     bad.append(f"gpt_hpctrain {P['gpt_hpctrain']}")
@@ -118,7 +191,7 @@ sys.exit(1 if bad else 0)
 PY
 
 # --- the deadline: a hang cut to the remainder, the rest skipped, the JSON written -------------
-run_check deadline GPU_CHECK_DEADLINE_S=8 GPU_CHECK_ONLY=preflight,matmul_roof,nccl_allreduce,cnn_bench \
+run_check deadline GPU_CHECK_DEADLINE_S=20 GPU_CHECK_ONLY=preflight,matmul_roof,nccl_allreduce,cnn_bench \
   GPU_CHECK_HANG=matmul_roof
 rc=$?
 [[ $rc == 1 ]] || fail "past the deadline with a hung phase: exit $rc, not 1"

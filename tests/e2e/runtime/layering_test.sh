@@ -17,18 +17,17 @@ grep -nE 'torch::|Tensor|<torch/' include/hpctrain/comm/control_plane.hpp \
 [[ -s $TMP/tensor.txt ]] && fail "control plane headers mention tensors: $(cat "$TMP/tensor.txt")"
 
 # Layers, lowest first; a layer may include only its own and lower layers' headers.
+# (No subshell per include line: a thousand forks took a minute on a loaded machine.)
 layers=(runtime plan comm data parallel model checkpoint eval train report)
-rank_of() {
-  local i
-  for i in "${!layers[@]}"; do [[ ${layers[$i]} == "$1" ]] && echo "$i" && return; done
-  echo -1
-}
+declare -A rank
+for i in "${!layers[@]}"; do rank[${layers[$i]}]=$i; done
 for layer in "${layers[@]}"; do
-  mine=$(rank_of "$layer")
+  mine=${rank[$layer]}
   while IFS= read -r line; do
-    used=$(sed -E 's|.*"hpctrain/([a-z_]+)/.*|\1|' <<<"$line")
-    [[ $used == compat || $used == build_config.hpp ]] && continue
-    theirs=$(rank_of "$used")
+    [[ $line =~ \"hpctrain/([a-z_]+)/ ]] || continue
+    used=${BASH_REMATCH[1]}
+    [[ $used == compat ]] && continue
+    theirs=${rank[$used]:--1}
     if ((theirs > mine)); then fail "layer $layer includes $used (a higher layer): $line"; fi
   done < <(grep -rhE '#include "hpctrain/[a-z_]+/' "src/$layer" "include/hpctrain/$layer" 2>/dev/null)
 done

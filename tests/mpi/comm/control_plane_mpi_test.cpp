@@ -15,59 +15,59 @@
 namespace hpctrain::comm {
 namespace {
 
-ControlPlane& world() {
-  static ControlPlane plane(MPI_COMM_WORLD, "world");
-  return plane;
+ControlPlane& plane() {
+  static ControlPlane instance(MPI_COMM_WORLD, "world");
+  return instance;
 }
 
 TEST(ControlPlane, ReducesScalarsAndVectorsExactly) {
-  const int n = world().size();
-  const int r = world().rank();
-  EXPECT_EQ(world().rank(), r);
-  EXPECT_DOUBLE_EQ(world().sum(r + 1.0), n * (n + 1) / 2.0);
-  EXPECT_DOUBLE_EQ(world().max(r + 0.5), n - 0.5);
-  EXPECT_DOUBLE_EQ(world().min(r + 0.5), 0.5);
-  EXPECT_DOUBLE_EQ(world().reduce(r + 1.0, ReduceOp::kAvg), (n + 1) / 2.0);
-  EXPECT_EQ(world().reduce(std::int64_t{1} << 40, ReduceOp::kSum), n * (std::int64_t{1} << 40));
-  EXPECT_THROW(world().reduce(std::int64_t{1}, ReduceOp::kAvg), CommError);
+  const int n = plane().size();
+  const int r = plane().rank();
+  EXPECT_EQ(plane().rank(), r);
+  EXPECT_DOUBLE_EQ(plane().sum(r + 1.0), n * (n + 1) / 2.0);
+  EXPECT_DOUBLE_EQ(plane().max(r + 0.5), n - 0.5);
+  EXPECT_DOUBLE_EQ(plane().min(r + 0.5), 0.5);
+  EXPECT_DOUBLE_EQ(plane().reduce(r + 1.0, ReduceOp::kAvg), (n + 1) / 2.0);
+  EXPECT_EQ(plane().reduce(std::int64_t{1} << 40, ReduceOp::kSum), n * (std::int64_t{1} << 40));
+  EXPECT_THROW(plane().reduce(std::int64_t{1}, ReduceOp::kAvg), CommError);
 
   std::vector<double> d{1.0 * r, -1.0 * r, 0.25};
-  world().reduce(d, ReduceOp::kSum);
+  plane().reduce(d, ReduceOp::kSum);
   EXPECT_DOUBLE_EQ(d[0], n * (n - 1) / 2.0);
   EXPECT_DOUBLE_EQ(d[1], -n * (n - 1) / 2.0);
   EXPECT_DOUBLE_EQ(d[2], 0.25 * n);
   std::vector<std::int64_t> i{r, -r};
-  world().reduce(i, ReduceOp::kMax);
+  plane().reduce(i, ReduceOp::kMax);
   EXPECT_EQ(i, (std::vector<std::int64_t>{n - 1, 0}));
   std::vector<std::uint64_t> u{~std::uint64_t{0} - static_cast<std::uint64_t>(r)};
-  world().reduce(u, ReduceOp::kMin);
+  plane().reduce(u, ReduceOp::kMin);
   EXPECT_EQ(u[0], ~std::uint64_t{0} - static_cast<std::uint64_t>(n - 1));
   std::vector<int> flags{r == n - 1 ? 7 : 0, 0};
-  world().reduce(flags, ReduceOp::kMax);
+  plane().reduce(flags, ReduceOp::kMax);
   EXPECT_EQ(flags, (std::vector<int>{7, 0}));
 }
 
 TEST(ControlPlane, AgreesOnFlags) {
-  const int n = world().size();
-  const int r = world().rank();
-  EXPECT_TRUE(world().any(r == n - 1));
-  EXPECT_FALSE(world().any(false));
-  EXPECT_EQ(world().all(r == 0), n == 1);
-  EXPECT_TRUE(world().all(true));
+  const int n = plane().size();
+  const int r = plane().rank();
+  EXPECT_TRUE(plane().any(r == n - 1));
+  EXPECT_FALSE(plane().any(false));
+  EXPECT_EQ(plane().all(r == 0), n == 1);
+  EXPECT_TRUE(plane().all(true));
 }
 
 TEST(ControlPlane, GathersEveryRank) {
-  const int n = world().size();
-  const int r = world().rank();
-  auto ints = world().all_gather(static_cast<std::int64_t>(10 * r));
-  auto dbls = world().all_gather(0.5 * r);
+  const int n = plane().size();
+  const int r = plane().rank();
+  auto ints = plane().all_gather(static_cast<std::int64_t>(10 * r));
+  auto dbls = plane().all_gather(0.5 * r);
   ASSERT_EQ(static_cast<int>(ints.size()), n);
   for (int k = 0; k < n; ++k) {
     EXPECT_EQ(ints[k], 10 * k);
     EXPECT_DOUBLE_EQ(dbls[k], 0.5 * k);
   }
   const std::uint8_t mine[3] = {static_cast<std::uint8_t>(r), 1, 2};
-  auto all = world().gather_bytes(mine, 3);
+  auto all = plane().gather_bytes(mine, 3);
   if (r == 0) {
     ASSERT_EQ(static_cast<int>(all.size()), 3 * n);
     for (int k = 0; k < n; ++k) EXPECT_EQ(all[3 * k], k);
@@ -77,27 +77,27 @@ TEST(ControlPlane, GathersEveryRank) {
   std::vector<std::uint8_t> table;
   for (int k = 0; k < n; ++k) table.insert(table.end(), {static_cast<std::uint8_t>(100 + k), 9});
   std::uint8_t got[2] = {0, 0};
-  world().scatter_bytes(r == 0 ? table.data() : nullptr, got, 2);
+  plane().scatter_bytes(r == 0 ? table.data() : nullptr, got, 2);
   EXPECT_EQ(got[0], 100 + r);
   EXPECT_EQ(got[1], 9);
 }
 
 TEST(ControlPlane, BroadcastsTextOfAnyLength) {
-  const int r = world().rank();
+  const int r = plane().rank();
   const std::string big(100000, 'x');
-  EXPECT_EQ(world().broadcast(r == 0 ? big : std::string("ignored")), big);
-  EXPECT_EQ(world().broadcast(r == 0 ? std::string() : std::string("ignored")), "");
-  EXPECT_EQ(world().broadcast_idle(r == 0 ? std::string("decision") : std::string()), "decision");
-  const int last = world().size() - 1;
-  EXPECT_EQ(world().broadcast(r == last ? std::string("from the last") : "", last),
+  EXPECT_EQ(plane().broadcast(r == 0 ? big : std::string("ignored")), big);
+  EXPECT_EQ(plane().broadcast(r == 0 ? std::string() : std::string("ignored")), "");
+  EXPECT_EQ(plane().broadcast_idle(r == 0 ? std::string("decision") : std::string()), "decision");
+  const int last = plane().size() - 1;
+  EXPECT_EQ(plane().broadcast(r == last ? std::string("from the last") : "", last),
             "from the last");
 }
 
 TEST(ControlPlane, FirstProblemIsTheLowestRanksOnEveryRank) {
-  const int n = world().size();
-  const int r = world().rank();
-  EXPECT_FALSE(world().first_problem("").has_value());
-  auto got = world().first_problem(r >= n / 2 ? "problem of rank " + std::to_string(r) : "");
+  const int n = plane().size();
+  const int r = plane().rank();
+  EXPECT_FALSE(plane().first_problem("").has_value());
+  auto got = plane().first_problem(r >= n / 2 ? "problem of rank " + std::to_string(r) : "");
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->first, n / 2);
   EXPECT_EQ(got->second, "problem of rank " + std::to_string(n / 2));
@@ -106,14 +106,14 @@ TEST(ControlPlane, FirstProblemIsTheLowestRanksOnEveryRank) {
 TEST(ControlPlane, DuplicateCarriesItsOwnMessages) {
   // A thread talks on the duplicate while the main thread reduces on the original: neither sees
   // the other's messages.
-  auto copy = world().duplicate();
-  EXPECT_EQ(copy->size(), world().size());
-  EXPECT_EQ(copy->rank(), world().rank());
-  const int n = world().size();
-  const int r = world().rank();
+  auto copy = plane().duplicate();
+  EXPECT_EQ(copy->size(), plane().size());
+  EXPECT_EQ(copy->rank(), plane().rank());
+  const int n = plane().size();
+  const int r = plane().rank();
   std::string on_copy;
   std::thread side([&] { on_copy = copy->broadcast(r == 0 ? "side" : ""); });
-  const double on_main = world().sum(1.0);
+  const double on_main = plane().sum(1.0);
   side.join();
   EXPECT_EQ(on_copy, "side");
   EXPECT_DOUBLE_EQ(on_main, n);
@@ -127,9 +127,9 @@ TEST(ControlPlane, DuplicateCarriesItsOwnMessages) {
 }
 
 TEST(StopAgreement, ASignalOnOneRankStopsEveryRank) {
-  const int n = world().size();
-  const int r = world().rank();
-  StopAgreement agreement(world());
+  const int n = plane().size();
+  const int r = plane().rank();
+  StopAgreement agreement(plane());
   StopRequest none = agreement.agree(StopRequest{});
   EXPECT_EQ(none, StopRequest{});
   EXPECT_EQ(agreement.signal(), 0);
@@ -148,12 +148,12 @@ TEST(StopAgreement, ASignalOnOneRankStopsEveryRank) {
   EXPECT_EQ(agreement.signal(), SIGTERM);
 
   // Between evaluation batches: the signal flag of one rank, as the handler sets it.
-  StopAgreement between(world());
+  StopAgreement between(plane());
   if (r == n - 1) runtime::request_stop(SIGUSR1);
   EXPECT_TRUE(between.stop_requested());
   EXPECT_EQ(between.signal(), SIGUSR1);
   runtime::clear_stop_request();
-  StopAgreement quiet(world());
+  StopAgreement quiet(plane());
   EXPECT_FALSE(quiet.stop_requested());
 }
 

@@ -13,7 +13,7 @@ using testing::make_group;
 using testing::seeded_randn;
 using testing::tp_sizes;
 
-constexpr double kTol = 1e-12;
+constexpr double kOpsTol = 1e-12;
 
 TEST(TensorParallelOps, CopyToRegionIsIdentityForwardAndAllReduceBackward) {
   for (int tp : tp_sizes()) {
@@ -26,7 +26,7 @@ TEST(TensorParallelOps, CopyToRegionIsIdentityForwardAndAllReduceBackward) {
     (y * seeded_randn({4, 6}, 100 + r)).sum().backward();
     auto want = torch::zeros({4, 6}, torch::kDouble);
     for (int i = 0; i < tp; ++i) want += seeded_randn({4, 6}, 100 + i);
-    expect_close(x.grad(), want, kTol, "copy backward, tp=" + std::to_string(tp));
+    expect_close(x.grad(), want, kOpsTol, "copy backward, tp=" + std::to_string(tp));
   }
 }
 
@@ -38,7 +38,7 @@ TEST(TensorParallelOps, ReduceFromRegionIsAllReduceForwardAndIdentityBackward) {
     auto y = reduce_from_tp_region(x * 1.0, g.tp);  // a fresh intermediate, reduced in place
     auto want = torch::zeros({3, 5}, torch::kDouble);
     for (int i = 0; i < tp; ++i) want += seeded_randn({3, 5}, 200 + i);
-    expect_close(y, want, kTol, "reduce forward, tp=" + std::to_string(tp));
+    expect_close(y, want, kOpsTol, "reduce forward, tp=" + std::to_string(tp));
     auto upstream = seeded_randn({3, 5}, 7);
     (y * upstream).sum().backward();
     expect_close(x.grad(), upstream, 0, "reduce backward");
@@ -92,8 +92,8 @@ TEST(TensorParallelOps, AverageGradientsAveragesOverTheGroup) {
       want_a += seeded_randn({3}, 500 + i) / tp;
       want_b += seeded_randn({2, 2}, 600 + i) / tp;
     }
-    expect_close(a.grad(), want_a, kTol, "a");
-    expect_close(b.grad(), want_b, kTol, "b");
+    expect_close(a.grad(), want_a, kOpsTol, "a");
+    expect_close(b.grad(), want_b, kOpsTol, "b");
     EXPECT_FALSE(no_grad.grad().defined());
   }
 }

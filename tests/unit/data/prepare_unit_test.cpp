@@ -3,6 +3,7 @@
 // text tokenization, and the data config section.
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
@@ -141,6 +142,19 @@ TEST(PrepareFashionMnist, SyntheticReleaseRoundTrip) {
   EXPECT_HAS(described, "unit test");
   EXPECT_HAS(described, "chunks (128, 1, 28, 28)");
   EXPECT_HAS(described, "valid     yes");
+  // Another object in the file is listed by its kind, not read (inspect asks the kind through
+  // H5Oopen and H5Iget_type, the same in HDF5 1.10 and 1.14).
+  {
+    const hid_t file = H5Fopen((out + "/train.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    const hid_t group = H5Gcreate2(file, "extras", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(group, 0);
+    H5Gclose(group);
+    H5Fclose(file);
+  }
+  described = describe_data_file(out + "/train.h5");
+  EXPECT_HAS(described, "/extras  (group, not read)");
+  EXPECT_HAS(described, "chunks (128, 1, 28, 28)");
 }
 
 TEST(PrepareFashionMnist, BadReleasesWriteNothing) {

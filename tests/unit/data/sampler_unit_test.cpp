@@ -133,6 +133,43 @@ TEST(TrainSampler, MixtureMatchesThePythonReference) {
   EXPECT_EQ(state.source_consumed, (std::vector<std::int64_t>{14, 6}));
 }
 
+// The first `count` blend positions of `sources` (global batch 4).
+std::vector<std::int64_t> blend_stream(const std::vector<SamplerSource>& sources,
+                                       std::uint64_t seed, int count) {
+  std::int64_t total = 0;
+  for (const auto& s : sources) total += s.count;
+  TrainSampler sampler(total, 4, seed, true, SampleOrder::kHeld, sources);
+  SamplerState state;
+  std::vector<std::int64_t> stream;
+  while (static_cast<int>(stream.size()) < count) {
+    auto b = sampler.next_global_batch(state);
+    stream.insert(stream.end(), b.begin(), b.end());
+  }
+  stream.resize(static_cast<std::size_t>(count));
+  return stream;
+}
+
+TEST(TrainSampler, MixtureTiesGoToTheFirstSourceAsInThePythonReference) {
+  // Equal weights tie at every other position, and the tie goes to the first of the tied
+  // sources (Megatron-LM's blend); a blend that gave ties to the last source would interleave
+  // b, a, b, a, ... instead. Values printed by scripts/data_order.py.
+  // python3 scripts/data_order.py --mixture 6:0.5,4:0.5 5 24
+  EXPECT_EQ(blend_stream(two_sources(6, 4, 0.5, 0.5), 5, 24),
+            (std::vector<std::int64_t>{3, 7, 1, 9, 4, 6, 5, 8, 2, 8, 0, 6,
+                                       2, 7, 0, 9, 1, 9, 4, 6, 3, 8, 5, 7}));
+  // Three sources, two of them equal (ties between b and c, and between all three).
+  // python3 scripts/data_order.py --mixture 6:0.25,5:0.25,4:0.5 9 24
+  const std::vector<SamplerSource> quarter{{"a", 0.25, 0, 6}, {"b", 0.25, 6, 5}, {"c", 0.5, 11, 4}};
+  EXPECT_EQ(blend_stream(quarter, 9, 24),
+            (std::vector<std::int64_t>{13, 4, 7,  11, 14, 3, 6, 12, 12, 2, 9, 14,
+                                       13, 5, 10, 11, 13, 1, 8, 14, 11, 0, 6, 12}));
+  // python3 scripts/data_order.py --mixture 6:0.4,5:0.3,4:0.3 9 24
+  const std::vector<SamplerSource> forty{{"a", 0.4, 0, 6}, {"b", 0.3, 6, 5}, {"c", 0.3, 11, 4}};
+  EXPECT_EQ(blend_stream(forty, 9, 24),
+            (std::vector<std::int64_t>{4,  7, 13, 3,  6, 11, 2,  9, 14, 5, 1,  10,
+                                       12, 0, 8,  12, 4, 6,  14, 1, 3,  7, 13, 2}));
+}
+
 TEST(TrainSampler, MixtureSharesFollowTheWeightsAndSmallSourcesRepeatPerEpoch) {
   // 0.7 / 0.3 over 10,000 samples: within one sample of the weights (Megatron's greedy blend).
   TrainSampler sampler(1300, 100, 11, true, SampleOrder::kHeld, two_sources(1000, 300, 0.7, 0.3));

@@ -258,10 +258,11 @@ TEST(Gpt, ParameterNamesShardsAndFlops) {
   EXPECT_EQ(params.size(), 2 + 2 * 12 + 2);
   EXPECT_THROW(model->shard_info("nope"), Error);
 
-  // 2 * N * T + 2 * L * T^2 * D with N the non-embedding parameters.
+  // 2 * N * T + 2 * L * T^2 * D + 2 * D * V * T (the head) with N the non-embedding parameters.
   const double per_layer = 4 * d + (3 * d * d + 3 * d) + (d * d + d) + (f * d + f) + (d * f + d);
   const double n = 2 * per_layer + 2 * d;
-  EXPECT_DOUBLE_EQ(model->forward_flops_per_sample(), 2 * n * 16 + 2 * 2 * 16.0 * 16 * d);
+  EXPECT_DOUBLE_EQ(model->forward_flops_per_sample(),
+                   2 * n * 16 + 2 * 2 * 16.0 * 16 * d + 2.0 * d * 256 * 16);
   EXPECT_EQ(model->logical_parameter_count(), static_cast<std::int64_t>(n) + 256 * d + 16 * d);
 
   auto untied = build(kTiny, 1, {"model.tied_embeddings=false"});

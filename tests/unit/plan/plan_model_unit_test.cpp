@@ -28,7 +28,8 @@ TEST(PlanFlops, TransformerCountMatchesTheBuiltGpt) {
                      static_cast<double>(built->logical_parameter_count()))
         << yaml;
     EXPECT_DOUBLE_EQ(static_cast<double>(g.seq_len) *
-                         transformer_forward_flops_per_token(n, g.layers, g.seq_len, g.width),
+                         (transformer_forward_flops_per_token(n, g.layers, g.seq_len, g.width) +
+                          transformer_head_flops_per_token(g.width, g.vocab_size)),
                      built->forward_flops_per_sample())
         << yaml;
   }

@@ -405,7 +405,9 @@ TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
   EXPECT_DOUBLE_EQ(in.eval_samples_per_pass, 2);
   EXPECT_DOUBLE_EQ(in.eval_passes, 1);
   EXPECT_DOUBLE_EQ(in.forward_flops_per_sample,
-                   1024 * transformer_forward_flops_per_token(n, 12, 1024, 768));
+                   1024 * (transformer_forward_flops_per_token(n, 12, 1024, 768) +
+                           transformer_head_flops_per_token(768, 50304)));
+  EXPECT_DOUBLE_EQ(transformer_head_flops_per_token(768, 50304), 2.0 * 768 * 50304);
   EXPECT_EQ(in.optimizer, "adam");
   EXPECT_EQ(m.dp, 4);
   EXPECT_TRUE(m.shard);

@@ -47,7 +47,7 @@ TEST(ByteSize, NumbersCaseAndSpaces) {
 }
 
 // The message of the ConfigError parse_bytes throws for data.chunk_cache, or "" when it reads.
-std::string error_of(const std::string& text) {
+std::string size_error_of(const std::string& text) {
   try {
     parse_bytes(text, "data.chunk_cache");
   } catch (const ConfigError& e) {
@@ -60,7 +60,7 @@ TEST(ByteSize, ErrorsNameTheKeyAndTheUnitTable) {
   // A size is positive (0 bytes of cache, of memory, of bandwidth means nothing).
   for (const char* bad : {"", "lots", "GiB", "12 parsecs", "1 KiBB", "1 Ki", "-1KiB", "0", "0.1",
                           "1e400", "inf", "nan"}) {
-    const std::string message = error_of(bad);
+    const std::string message = size_error_of(bad);
     EXPECT_NE(message.find("data.chunk_cache = '"), std::string::npos) << bad << ": " << message;
     EXPECT_NE(message.find("expected a positive size such as 80GiB, 141GB"), std::string::npos)
         << bad << ": " << message;
@@ -68,9 +68,9 @@ TEST(ByteSize, ErrorsNameTheKeyAndTheUnitTable) {
     EXPECT_NE(message.find("2^10"), std::string::npos) << bad << ": " << message;
     EXPECT_NE(message.find("KB, MB, GB, TB = 10^3"), std::string::npos) << bad << ": " << message;
   }
-  EXPECT_NE(error_of("12 parsecs").find("unknown size unit 'parsecs'"), std::string::npos);
-  EXPECT_NE(error_of("-1KiB").find("negative"), std::string::npos);
-  EXPECT_NE(error_of("0").find("less than one byte"), std::string::npos);
+  EXPECT_NE(size_error_of("12 parsecs").find("unknown size unit 'parsecs'"), std::string::npos);
+  EXPECT_NE(size_error_of("-1KiB").find("negative"), std::string::npos);
+  EXPECT_NE(size_error_of("0").find("less than one byte"), std::string::npos);
 }
 
 }  // namespace

@@ -1,4 +1,8 @@
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <stdexcept>
 
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -157,6 +161,57 @@ TEST(Config, LongValuesAreCutInMessages) {
 TEST(Config, ANonRegularConfigFileIsRefused) {
   const std::string e = error_of([] { Config::load("/dev/null"); });
   EXPECT_NE(e.find("config file '/dev/null' is not a regular file"), std::string::npos) << e;
+}
+
+// Writes `text` to a fresh YAML file and loads it, as `hpctrain train -c` does.
+Config load_text(const std::string& text) {
+  std::string dir = ::testing::TempDir() + "hpctrain_config_XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + dir);
+  const std::string path = dir + "/run.yaml";
+  std::ofstream(path) << text;
+  return Config::load(path);
+}
+
+TEST(Config, BlockListsReadFromAFileAreLists) {
+  // Every list-valued key, written as YAML block lists (`- item` lines) in a real file.
+  Config c = load_text(
+      "model:\n  hidden:\n    - 64\n    - 32\n  channels:\n    - 8\n    - 16\n"
+      "  input_shape:\n    - 1\n    - 28\n    - 28\n"
+      "optim:\n  betas:\n    - 0.8\n    - 0.95\n"
+      "parallel:\n  pp_layers:\n    - 3\n    - 1\n"
+      "data:\n  train:\n    - {path: web/*.h5, weight: 0.7}\n    - {path: code/*.h5, weight: 0.3}\n"
+      "  val:\n    - a.h5\n    - \"shard-0[0-4].h5\"\n");
+  auto model = c.section("model");
+  EXPECT_EQ(model.get<std::vector<std::int64_t>>("hidden", {}),
+            (std::vector<std::int64_t>{64, 32}));
+  EXPECT_EQ(model.get<std::vector<std::int64_t>>("channels", {}),
+            (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(model.get<std::vector<std::int64_t>>("input_shape", {}),
+            (std::vector<std::int64_t>{1, 28, 28}));
+  EXPECT_EQ(c.section("optim").get<std::vector<double>>("betas", {}),
+            (std::vector<double>{0.8, 0.95}));
+  EXPECT_EQ(c.section("parallel").get<std::vector<int>>("pp_layers", {}), (std::vector<int>{3, 1}));
+  // Path lists travel as one line of flow YAML (data/file_set.cpp parses it).
+  auto data = c.section("data");
+  EXPECT_EQ(data.get_text_or_list("train", ""),
+            "[{\"path\": \"web/*.h5\", \"weight\": \"0.7\"}, "
+            "{\"path\": \"code/*.h5\", \"weight\": \"0.3\"}]");
+  EXPECT_EQ(data.get_text_or_list("val", ""), "[\"a.h5\", \"shard-0[0-4].h5\"]");
+  EXPECT_NO_THROW(c.check_unknown_keys());
+}
+
+TEST(Config, NestedBlockMixturesReadFromAFileAreOneLine) {
+  // docs/DATA.md's mixture with every source a block map, and a source with a list of paths.
+  Config c = load_text(
+      "data:\n  train:\n    - path: web/*.h5\n      weight: 0.7\n"
+      "    - path:\n        - code/a.h5\n        - code/b.h5\n      weight: 0.3\n"
+      "      name: code\n");
+  const std::string text = c.section("data").get_text_or_list("train", "");
+  EXPECT_EQ(text,
+            "[{\"path\": \"web/*.h5\", \"weight\": \"0.7\"}, {\"path\": [\"code/a.h5\", "
+            "\"code/b.h5\"], \"weight\": \"0.3\", \"name\": \"code\"}]");
+  // The resolved config keeps the block form the file used.
+  EXPECT_NE(c.dump().find("- path: web/*.h5"), std::string::npos) << c.dump();
 }
 
 }  // namespace

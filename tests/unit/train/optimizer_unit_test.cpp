@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/parallel/flat_parameters.hpp"
 #include "hpctrain/train/optimizer.hpp"
 
@@ -102,6 +103,84 @@ TEST(Optimizer, AdamAndAdamwDifferOnlyThroughDecay) {
   };
   EXPECT_TRUE(torch::allclose(run("adam_l2", 0), run("adamw", 0), 0, 1e-7));
   EXPECT_FALSE(torch::allclose(run("adam_l2", 0.1), run("adamw", 0.1), 0, 1e-5));
+}
+
+// Which kernel runs an Adam update (compat/torch_compat.hpp): the CPU keeps hpctrain's own loop
+// (bitwise as before) for contiguous float32, LibTorch's fused kernel runs on CUDA where the
+// LibTorch has it, every other case takes the tensor operations.
+TEST(AdamKernel, Dispatch) {
+  using compat::AdamKernel;
+  using compat::choose_adam_kernel;
+  constexpr auto kCpu = c10::DeviceType::CPU;
+  constexpr auto kCuda = c10::DeviceType::CUDA;
+  for (bool fused : {false, true}) {
+    EXPECT_EQ(choose_adam_kernel(kCpu, at::kFloat, true, fused), AdamKernel::kCpuLoop);
+    EXPECT_EQ(choose_adam_kernel(kCpu, at::kFloat, false, fused), AdamKernel::kTensorOps);
+    EXPECT_EQ(choose_adam_kernel(kCpu, at::kDouble, true, fused), AdamKernel::kTensorOps);
+    EXPECT_EQ(choose_adam_kernel(kCpu, at::kBFloat16, true, fused), AdamKernel::kTensorOps);
+  }
+  for (auto dtype : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16}) {
+    EXPECT_EQ(choose_adam_kernel(kCuda, dtype, true, true), AdamKernel::kFusedDevice);
+    EXPECT_EQ(choose_adam_kernel(kCuda, dtype, false, true), AdamKernel::kFusedDevice);
+    EXPECT_EQ(choose_adam_kernel(kCuda, dtype, true, false), AdamKernel::kTensorOps);
+  }
+  EXPECT_EQ(choose_adam_kernel(kCuda, at::kLong, true, true), AdamKernel::kTensorOps);
+  // The default is this LibTorch's answer: 2.x has the fused kernels on CUDA, 1.13 does not.
+  EXPECT_EQ(compat::kHasFusedAdam, TORCH_VERSION_MAJOR >= 2);
+  EXPECT_EQ(choose_adam_kernel(kCuda, at::kFloat, true),
+            TORCH_VERSION_MAJOR >= 2 ? AdamKernel::kFusedDevice : AdamKernel::kTensorOps);
+  EXPECT_EQ(compat::fused_adam_runs_on(kCuda), compat::kHasFusedAdam);
+
+  // The optimizer on the CPU: its own loop for float32, tensor operations for float64.
+  OneParameter module;
+  parallel::FlatParameters flat(module);
+  Optimizer on_cpu({{flat.params(), flat.grads()}}, config_of("adamw"), false);
+  EXPECT_STREQ(on_cpu.kernel(), "host loop");
+  torch::Tensor p = torch::tensor(kStart, torch::kDouble);
+  torch::Tensor g = torch::tensor(kGrad, torch::kDouble);
+  Optimizer on_double({{p, g}}, config_of("adamw"), false);
+  EXPECT_STREQ(on_double.kernel(), "tensor ops");
+}
+
+// LibTorch's fused kernel, called as the optimizer calls it on CUDA, against torch.optim's
+// numbers: the same three steps as OptimizerMatchesTorch, over two tensors (the optimizer's
+// segments) sharing one step count. It runs wherever this LibTorch has the kernel for the CPU
+// (2.4 and later: Debian 13's 2.6); a LibTorch without it refuses with std::logic_error.
+TEST(AdamKernel, FusedKernelMatchesTorchOptim) {
+  for (const std::string name : {"adam_l2", "adamw"}) {
+    const OptimizerConfig c = config_of(name);
+    torch::Tensor p = torch::tensor(kStart);
+    torch::Tensor g = torch::zeros_like(p);
+    torch::Tensor m = torch::zeros_like(p);
+    torch::Tensor v = torch::zeros_like(p);
+    auto split = [](const torch::Tensor& t) {
+      return std::vector<torch::Tensor>{t.narrow(0, 0, 2), t.narrow(0, 2, 4)};
+    };
+    torch::Tensor step = torch::zeros({}, torch::kFloat);
+    auto update = [&] {
+      compat::fused_adam_step(split(p), split(g), split(m), split(v), step, c.lr, c.beta1, c.beta2,
+                              c.weight_decay, c.eps, name == "adamw");
+    };
+    if (!compat::fused_adam_runs_on(c10::DeviceType::CPU)) {
+      if (!compat::kHasFusedAdam) {
+        EXPECT_THROW(update(), std::logic_error);
+      }
+      GTEST_SKIP() << "LibTorch " << TORCH_VERSION
+                   << " has no fused Adam kernel on the CPU (2.4 and later have)";
+    }
+    for (int k = 0; k < 3; ++k) {
+      g.copy_(torch::tensor(kGrad) * static_cast<float>(k + 1));
+      step.fill_(k + 1);
+      update();
+    }
+    const auto& want = name == "adamw" ? kReferences[3] : kReferences[2];
+    ASSERT_EQ(want.name, name);
+    for (std::int64_t i = 0; i < p.numel(); ++i) {
+      const float w = want.after_three_steps[static_cast<std::size_t>(i)];
+      EXPECT_NEAR(p[i].item<float>(), w, 2e-6f * std::max(1.0f, std::abs(w)))
+          << name << ", element " << i;
+    }
+  }
 }
 
 }  // namespace
