@@ -36,7 +36,7 @@ std::int64_t option(int argc, char** argv, const std::string& name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 13) {
+  if (argc < 12) {
     std::cerr << "usage: llama_hf_driver CONFIG TOKENS OUT --batch B --seq T --tp N --pp M\n";
     return 2;
   }
