@@ -104,7 +104,11 @@ LlamaAttention::LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp
   const std::int64_t first_head = parallel::tp_rank_of(tp_) * local_heads_;
   const std::int64_t first_kv = kv_split_ ? first_head / group : 0;
   std::vector<std::int64_t> index;
-  bool identity = true;
+  // Identity only when this rank holds exactly its query heads' kv heads, one each (a replicated
+  // k holds all kv_heads, more than the one query head of a rank at tp = heads).
+  const std::int64_t held_kv =
+      kv_split_ ? options.kv_heads / parallel::tp_size_of(tp_) : options.kv_heads;
+  bool identity = held_kv == local_heads_;
   for (std::int64_t j = 0; j < local_heads_; ++j) {
     index.push_back((first_head + j) / group - first_kv);
     identity = identity && index.back() == j;
