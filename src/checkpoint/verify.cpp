@@ -191,6 +191,8 @@ std::optional<std::string> read_latest(const std::string& run_dir) {
 }
 
 std::string checkpoint_dir_of(const std::string& path) {
+  runtime::require_readable_directory(path, runtime::FileKind::kCheckpoint, "checkpoint",
+                                      "pass a step_<N> directory or a run directory");
   if (std::filesystem::exists(path + "/manifest.json")) return path;
   for (const std::string& run : {path, std::filesystem::path(path).parent_path().string()}) {
     if (auto latest = read_latest(run)) return *latest;

@@ -13,6 +13,7 @@
 #include "hpctrain/checkpoint/checkpoint.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/train/resume_checks.hpp"
@@ -120,6 +121,8 @@ std::string describe(const std::string& dir, const nlohmann::json& m) {
 int run_inspect_checkpoint(CommandContext& ctx, const InspectCheckpointArgs& opt) {
   // Local work: rank 0 describes; other ranks (under mpirun) have nothing to do.
   if (ctx.runtime.world_rank() != 0) return 0;
+  runtime::require_readable_directory(opt.path, runtime::FileKind::kCheckpoint, "checkpoint",
+                                      "pass a step_<N> directory or a run directory");
   std::string dir = opt.path;
   if (const auto run_dir = run_dir_of(opt.path)) {
     list_run(*run_dir, std::cout);

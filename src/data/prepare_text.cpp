@@ -147,8 +147,8 @@ void check_options(const TextPrepareOptions& o) {
   }
 }
 
-void write_split(const std::string& path, const std::vector<std::uint32_t>& ids,
-                 const Tokenizer& tokenizer, const Provenance& provenance) {
+void write_text_split(const std::string& path, const std::vector<std::uint32_t>& ids,
+                      const Tokenizer& tokenizer, const Provenance& provenance) {
   if (tokenizer.vocab_size() <= 65536) {
     write_token_file(path, std::vector<std::uint16_t>(ids.begin(), ids.end()),
                      tokenizer.vocab_size(), tokenizer.identity(), provenance);
@@ -239,7 +239,7 @@ std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
   for (const auto* split : {&train, &val}) {
     if (split == &val && !with_val) break;
     const std::string path = options.out_dir + (split == &train ? "/train.h5" : "/val.h5");
-    write_split(path, *split, *tokenizer, provenance);
+    write_text_split(path, *split, *tokenizer, provenance);
     const auto count = static_cast<std::int64_t>(split->size());
     const std::size_t docs = split == &train ? train_units : units.size() - train_units;
     out.push_back({path,

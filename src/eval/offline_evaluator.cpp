@@ -27,6 +27,7 @@
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
+#include "hpctrain/runtime/regular_file.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
 #include "hpctrain/runtime/tensorboard_writer.hpp"
@@ -444,6 +445,8 @@ int OfflineEvaluator::evaluate_checkpoint(const std::string& path) {
   nlohmann::json where;
   if (m.is_rank0()) {
     try {
+      runtime::require_readable_directory(path, runtime::FileKind::kCheckpoint, "checkpoint",
+                                          "pass a step_<N> directory or a run directory");
       if (fs::is_directory(path + "/checkpoints")) {
         const checkpoint::ResumeChoice choice = checkpoint::choose_resume(path, "auto");
         for (const auto& skipped : choice.skipped) log::warn(str("checkpoint ", skipped));
@@ -482,15 +485,19 @@ int OfflineEvaluator::evaluate_run(const std::string& run_dir) {
   Impl& m = *impl_;
   nlohmann::json listing;
   if (m.is_rank0()) {
-    if (!fs::is_directory(run_dir)) {
-      listing = {{"error", str("run directory '", run_dir, "' does not exist")}};
-    } else {
+    try {
+      runtime::require_readable_directory(run_dir, runtime::FileKind::kCheckpoint, "run directory",
+                                          "pass the run.dir of a training run");
       auto dirs = checkpoint::list_checkpoints(run_dir);  // newest first
       listing = {{"dirs", std::vector<std::string>(dirs.rbegin(), dirs.rend())}};
+    } catch (const Error& e) {
+      listing = {{"error", e.what()}, {"code", e.exit_code()}};
     }
   }
   listing = nlohmann::json::parse(m.decide(listing.dump()));
-  if (listing.contains("error")) throw AgreedConfigError(listing.at("error").get<std::string>());
+  if (listing.contains("error")) {
+    throw AgreedError(listing.at("error").get<std::string>(), listing.at("code").get<int>());
+  }
   const auto dirs = listing.at("dirs").get<std::vector<std::string>>();
   if (dirs.empty()) {
     log::info(str("no committed checkpoints in ", checkpoint::checkpoints_dir(run_dir)));

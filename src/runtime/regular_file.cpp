@@ -1,6 +1,10 @@
 #include "hpctrain/runtime/regular_file.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -53,6 +57,20 @@ void require_regular_file(const std::string& path, FileKind kind, const std::str
   if (type == PathType::kMissing) fail(kind, str(what, " '", clip(path), "' does not exist", tail));
   fail(kind,
        str(what, " '", clip(path), "' is not a regular file (", path_type_name(type), ")", tail));
+}
+
+void require_readable_directory(const std::string& path, FileKind kind, const std::string& what,
+                                const std::string& fix) {
+  const PathType type = path_type(path);
+  const std::string tail = fix.empty() ? std::string() : ": " + fix;
+  if (type == PathType::kMissing) fail(kind, str(what, " '", clip(path), "' does not exist", tail));
+  if (type != PathType::kDirectory) {
+    fail(kind,
+         str(what, " '", clip(path), "' is not a directory (", path_type_name(type), ")", tail));
+  }
+  if (::access(path.c_str(), R_OK | X_OK) != 0) {
+    fail(kind, str(what, " '", clip(path), "' cannot be read (", std::strerror(errno), ")", tail));
+  }
 }
 
 bool require_regular_file_if_present(const std::string& path, FileKind kind,

@@ -42,4 +42,11 @@ void require_regular_file(const std::string& path, FileKind kind, const std::str
 bool require_regular_file_if_present(const std::string& path, FileKind kind,
                                      const std::string& what, const std::string& fix);
 
+/// Returns normally when `path` is a directory this process may list and enter. Otherwise throws
+/// the error of `kind`: "... does not exist", "... is not a directory (a FIFO)" or "... cannot be
+/// read (Permission denied)", each followed by `fix` (may be empty). Never opens the path, so a
+/// FIFO cannot block, and no std::filesystem call on it throws a bare filesystem error. Local.
+void require_readable_directory(const std::string& path, FileKind kind, const std::string& what,
+                                const std::string& fix);
+
 }  // namespace hpctrain::runtime

@@ -51,5 +51,5 @@ expect_grep "text file '$TMP/latin1.txt' is not UTF-8 text: invalid byte 0xef at
 expect_exit 2 "$TMP/noout.txt" "$HPCTRAIN_BIN" prepare fashion-mnist
 expect_grep "\-\-out is required" "$TMP/noout.txt"
 expect_exit 2 "$TMP/fraction.txt" "$HPCTRAIN_BIN" prepare text --in "$TMP/latin1.txt" --out "$TMP/o6" --val-fraction 2
-expect_grep "\-\-val-fraction 2 must lie strictly between 0 and 1" "$TMP/fraction.txt"
+expect_grep "\-\-val-fraction 2 must lie in \[0, 1\)" "$TMP/fraction.txt"
 finish

@@ -169,7 +169,10 @@ import load_checkpoint
 want = load_checkpoint.load_state_dict(none)
 got = load_checkpoint.load_state_dict(bf16)
 assert set(got) == set(want), (sorted(got), sorted(want))
-rounded = [k for k in want if not torch.equal(got[k], want[k])]
+# lr 1e-30 moves only weights within ~1e-23 of zero (by ~1e-30, in directions the two runs'
+# gradients may set differently); a rounding through bfloat16 moves every weight by ~1e-3 of it.
+rounded = [(k, (got[k] - want[k]).abs().max().item()) for k in want
+           if not torch.allclose(got[k], want[k], rtol=0, atol=1e-20)]
 assert not rounded, f"differ from the file's float32 values: {rounded}"
 print(f"full x bfloat16: the {len(want)} float32 tensors equal shard none's after init_from")
 PY

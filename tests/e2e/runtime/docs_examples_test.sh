@@ -17,7 +17,8 @@ n=0
 while IFS=$'\t' read -r name where mode; do
   n=$((n + 1))
   full=$TMP/blocks/$name.full.yaml
-  expect_exit 0 "$TMP/plan-$name.txt" "$HPCTRAIN_BIN" plan -c "$full" --devices 2 ||
+  (cd "$TMP/blocks/work" && expect_exit 0 "$TMP/plan-$name.txt" "$HPCTRAIN_BIN" plan -c "$full" \
+    --devices 2) ||
     fail "$where: the documented block does not load as a config (above; the file: $full)"
   if [[ $mode == run ]]; then
     (cd "$TMP/blocks/work" && expect_exit 0 "$TMP/train-$name.txt" "$HPCTRAIN_BIN" train -c "$full" \

@@ -14,6 +14,7 @@ rounds=${1:-1}
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 mlp=("$HPCTRAIN_BIN" --collective-timeout 5 --peer-timeout 120 train
   -c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
+  --set "data.val=$data/test.h5"
   --set eval.every_steps=0 --set eval.at_end=false --set run.max_steps=100000
   --set run.epochs=100 --set logging.every_steps=1 --set logging.progress=off)
 fortunes=/usr/share/games/fortunes
@@ -21,6 +22,7 @@ expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/sc
   --out "$TMP/text" --val-fraction 0.05
 gpt=("$HPCTRAIN_BIN" --collective-timeout 5 --peer-timeout 120 train
   -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set "data.train=$TMP/text/train.h5"
+  --set "data.val=$TMP/text/val.h5"
   --set model.seq_len=32 --set model.width=32 --set model.heads=2 --set model.layers=4
   --set data.batch_size=4 --set optim.grad_accumulation=4 --set run.epochs=1000
   --set run.max_steps=100000 --set eval.every_steps=0 --set eval.at_end=false

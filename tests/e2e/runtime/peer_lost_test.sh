@@ -69,7 +69,7 @@ if start_job 3 killed; then
     sleep 2 # a beat or two of training positions (one a second) before the kill
     kill -KILL "$victim"
     wait "$LAUNCHER"
-    expect_grep "\] error: lost rank 1 \(host $(hostname)[,)].*Its last known position: step [0-9]+, in [a-z ]+ for [0-9.]+ [mu]?s when last heard [0-9.]+ [mu]?s ago; dp all_reduce #[0-9]+ .*Ending with exit code 5.*Flight records: $TMP/killed/flight/rank-\*\.json" "$TMP/killed.txt"
+    expect_grep "\] error: lost rank 1 \(host $(hostname)[,)].*Its last known position: step [0-9]+, in [a-z ]+ for [0-9.]+ [mu]?s when last heard [0-9.]+ [mu]?s ago; (.*; )?dp all_reduce #[0-9]+ .*Ending with exit code 5.*Flight records: $TMP/killed/flight/rank-\*\.json" "$TMP/killed.txt"
     for r in 0 2; do
       [[ -f $TMP/killed/flight/rank-$r.json ]] || fail "killed: survivor rank $r wrote no flight file"
     done

@@ -192,7 +192,7 @@ TEST(Dataset, BadFilesAreClearErrors) {
       {"bad_schema_version.h5", {"schema_version 99 is not supported"}},
       {"bad_token_vocab.h5", {"dataset /tokens: token id 300 at position 3", "[0, 256)"}, 4},
       {"bad_token_rank.h5", {"dataset /tokens: expected rank 1", "found rank 2"}, 4},
-      {"bad_token_dtype.h5", {"expected dtype uint16 or int32", "found float32"}, 4},
+      {"bad_token_dtype.h5", {"expected dtype uint16, uint32 or int32", "found float32"}, 4},
       {"bad_token_no_vocab.h5", {"attribute vocab_size is missing"}, 4},
       {"h5py_tokens_uint16.h5", {"gave no sequence length"}, 0},
       {"h5py_tokens_uint16.h5",
