@@ -10,10 +10,12 @@
 #include "hpctrain/checkpoint/weights_file.hpp"
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/gpt2_names.hpp"
+#include "hpctrain/model/llama.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/parallel/tensor_parallel_shard.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "init_from_hf.hpp"
 #include "slab_io.hpp"
 
 namespace hpctrain::checkpoint {
@@ -75,6 +77,9 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
     throw CheckpointError(str(key, ": ", e.what()));
   }
   const WeightsFile& file = *opened;
+  if (auto* llama = dynamic_cast<model::Llama*>(&model); llama && has_hf_llama_names(file)) {
+    return init_llama_from_hf(model, llama->options(), file, tp_rank, tp_size, key);
+  }
   InitFromReport report;
   report.notes = file.notes();
   const std::map<std::string, std::string> names = normalised_names(file, report.notes);

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "file_io.hpp"
 #include "h5_store.hpp"
@@ -47,12 +49,91 @@ struct WeightsFile::Impl {
   std::vector<Tensor> tensors;
   std::map<std::string, std::size_t> index;
   std::vector<std::string> notes;
-  // One of these, by format.
-  std::optional<SafetensorsFile> safetensors;
+  // One of these, by format (safetensors: one file, or the shards of an index, with each
+  // tensor's shard).
+  std::vector<SafetensorsFile> safetensors;
+  std::vector<std::size_t> shard;
   std::optional<torchzip::TorchZipFile> torch_file;
   std::string checkpoint_dir;
   nlohmann::json manifest;  // the checkpoint's
 };
+
+namespace {
+
+// Opens the shards model.safetensors.index.json lists: its weight_map names each tensor's file
+// (inside the folder); every shard must hold exactly the tensors the index gives it.
+struct ShardedSet {
+  std::vector<SafetensorsFile> files;
+  std::vector<WeightsFile::Tensor> tensors;
+  std::vector<std::size_t> shard;
+  std::string description;
+};
+
+nlohmann::json read_index(const std::string& path) {
+  runtime::require_regular_file(path, runtime::FileKind::kCheckpoint, "safetensors index",
+                                "give a Hugging Face model folder");
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw CheckpointError(str("safetensors index '", path, "' is not valid JSON (byte ", e.byte,
+                              "): download or write it again"));
+  }
+}
+
+ShardedSet open_sharded(const std::string& dir) {
+  ShardedSet impl;
+  const std::string index_path = dir + "/" + kSafetensorsIndex;
+  const nlohmann::json index = read_index(index_path);
+  if (!index.contains("weight_map") || !index.at("weight_map").is_object()) {
+    throw CheckpointError(str("safetensors index '", index_path,
+                              "' has no \"weight_map\" object (tensor name -> shard file)"));
+  }
+  std::map<std::string, std::size_t> files;  // shard file -> its index in impl.safetensors
+  std::map<std::string, std::string> listed;
+  for (const auto& [name, value] : index.at("weight_map").items()) {
+    if (!value.is_string() || value.get<std::string>().empty() ||
+        value.get<std::string>().find('/') != std::string::npos) {
+      throw CheckpointError(str("safetensors index '", index_path, "': weight_map entry '", name,
+                                "' is ", value.dump(), ", not a file name in the folder"));
+    }
+    const std::string file = value.get<std::string>();
+    listed[name] = file;
+    if (files.count(file) == 0) {
+      const std::size_t at = impl.files.size();
+      impl.files.push_back(SafetensorsFile::open(dir + "/" + file));
+      files[file] = at;
+    }
+  }
+  for (const auto& [file, at] : files) {
+    for (const auto& e : impl.files[at].entries()) {
+      auto it = listed.find(e.name);
+      if (it == listed.end() || it->second != file) {
+        throw CheckpointError(str(
+            "safetensors shard '", dir, "/", file, "' holds tensor '", e.name, "', which ",
+            index_path,
+            it == listed.end() ? std::string(" does not list") : " puts in '" + it->second + "'",
+            ": the folder is inconsistent; write the index again or download it whole"));
+      }
+      impl.tensors.push_back({e.name, e.scalar_type, e.shape});
+      impl.shard.push_back(at);
+      listed.erase(it);
+    }
+  }
+  if (!listed.empty()) {
+    throw CheckpointError(str("safetensors index '", index_path, "' lists tensor '",
+                              listed.begin()->first, "' in '", listed.begin()->second,
+                              "', which does not hold it (", listed.size(),
+                              " tensor(s) missing from the shards): the folder is incomplete"));
+  }
+  impl.description = str("Hugging Face folder '", dir, "' (", files.size(),
+                         " safetensors shard(s) listed by ", kSafetensorsIndex, ")");
+  return impl;
+}
+
+}  // namespace
 
 WeightsFile WeightsFile::open(const std::string& path) {
   auto impl = std::make_shared<Impl>();
@@ -68,19 +149,26 @@ WeightsFile WeightsFile::open(const std::string& path) {
       impl->format = Format::kCheckpoint;
     } else if (fs::exists(path + "/model.safetensors")) {
       file = path + "/model.safetensors";
+    } else if (fs::exists(path + "/" + kSafetensorsIndex)) {
+      impl->format = Format::kSafetensors;
+      ShardedSet set = open_sharded(path);
+      impl->safetensors = std::move(set.files);
+      impl->tensors = std::move(set.tensors);
+      impl->shard = std::move(set.shard);
+      impl->description = std::move(set.description);
     } else if (fs::exists(path + "/pytorch_model.bin")) {
       file = path + "/pytorch_model.bin";
     } else {
       throw CheckpointError(
           str("directory '", path,
               "' is no hpctrain checkpoint (no manifest.json), run directory (no checkpoints/), "
-              "or model folder (no model.safetensors or pytorch_model.bin)",
-              fs::exists(path + "/model.safetensors.index.json")
-                  ? ": sharded safetensors folders are not read; merge the shards into one file"
-                  : ""));
+              "or model folder (no model.safetensors, model.safetensors.index.json or "
+              "pytorch_model.bin)"));
     }
   }
-  if (impl->format == Format::kCheckpoint) {
+  if (!impl->safetensors.empty()) {
+    // A sharded folder, opened above.
+  } else if (impl->format == Format::kCheckpoint) {
     std::string dir = path;
     if (!fs::exists(path + "/" + kManifestFile)) {
       const ResumeChoice choice = choose_resume(path, "auto");
@@ -138,10 +226,11 @@ WeightsFile WeightsFile::open(const std::string& path) {
       }
     } else {
       impl->format = Format::kSafetensors;
-      impl->safetensors = SafetensorsFile::open(file);
+      impl->safetensors.push_back(SafetensorsFile::open(file));
       impl->description = str("safetensors file '", file, "'");
-      for (const auto& e : impl->safetensors->entries()) {
+      for (const auto& e : impl->safetensors.front().entries()) {
         impl->tensors.push_back({e.name, e.scalar_type, e.shape});
+        impl->shard.push_back(0);
       }
     }
   }
@@ -178,7 +267,10 @@ torch::Tensor WeightsFile::read(const std::string& name) const {
   const Tensor* t = find(name);
   if (t == nullptr) throw CheckpointError(str(impl_->description, " has no tensor '", name, "'"));
   switch (impl_->format) {
-    case Format::kSafetensors: return impl_->safetensors->read(*impl_->safetensors->find(name));
+    case Format::kSafetensors: {
+      const SafetensorsFile& shard = impl_->safetensors[impl_->shard[impl_->index.at(name)]];
+      return shard.read(*shard.find(name));
+    }
     case Format::kTorch:
       return impl_->torch_file->read(impl_->torch_file->entries()[impl_->index.at(name)]);
     case Format::kCheckpoint: {

@@ -1,12 +1,13 @@
-// hpctrain export CHECKPOINT --format pytorch|torchscript|onnx --out FILE: a checkpoint's
+// hpctrain export CHECKPOINT --format pytorch|torchscript|onnx|hf --out FILE: a checkpoint's
 // trained model for other tools (docs/MODELS.md, "Export").
 //   pytorch      the state_dict in PyTorch's own file format (torch::pickle_save), so that
 //                torch.load(FILE) in Python returns the name -> tensor dict
 //   torchscript  a TorchScript run: its own module with the checkpoint's weights; a built-in mlp
 //                or cnn: scripts/export_model.py rebuilds it in PyTorch and scripts it
 //   onnx         scripts/export_model.py: torch.onnx.export of that module, onnx.checker-checked
-//   safetensors  a model folder (export_safetensors.hpp): a gpt under GPT-2's names with
-//   config.json
+//   hf           a Hugging Face model folder (export_safetensors.hpp): a llama under its
+//                architecture's names, a gpt under GPT-2's, with config.json, sharded past
+//                --max-shard-size; safetensors is the same
 // CHECKPOINT is a step_<N> directory or a run directory (its `latest`).
 
 #include <spawn.h>
@@ -41,6 +42,7 @@ struct ExportArgs {
   std::string checkpoint;
   std::string format = "torchscript";
   std::string out;
+  std::string max_shard_size = "5GB";
   std::int64_t seq_len = 0;  // gpt: tokens per sequence of the export (0: model.seq_len)
   CLI::App* app = nullptr;   ///< the command's parser: which options were given
 };
@@ -132,7 +134,7 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
   const std::string& format = opt.format;
   const bool torchscript_run = config.model().name == "torchscript";
   const bool gpt = config.model().name == "gpt";
-  const bool state_only = format == "pytorch" || format == "safetensors";
+  const bool state_only = format == "pytorch" || format == "safetensors" || format == "hf";
   if (!state_only && !torchscript_run && config.model().name != "mlp" &&
       config.model().name != "cnn" && !gpt) {
     throw ConfigError(str(dir, " is a checkpoint of a ", config.model().name, " model (", origin,
@@ -174,9 +176,12 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
   checkpoint::Loaded loaded = checkpoint::load_local(dir, records);
   model->eval();
   const std::int64_t step = loaded.manifest.value("step", std::int64_t{0});
-  if (format == "safetensors") {
-    log::info(str("wrote ", export_safetensors(*model, opt.out, dir, step), " from ", dir,
-                  " (step ", step, ")"));
+  if (format == "safetensors" || format == "hf") {
+    const auto max_shard =
+        static_cast<std::int64_t>(parse_bytes(opt.max_shard_size, "--max-shard-size"));
+    if (max_shard < 1) throw ConfigError("--max-shard-size must be positive (default 5GB)");
+    log::info(str("wrote ", export_safetensors(*model, opt.out, dir, step, max_shard), " from ",
+                  dir, " (step ", step, ")"));
     return 0;
   }
 
@@ -272,9 +277,13 @@ const CommandRegistration export_command = command<ExportArgs>(
           ->required();
       app.add_option("--format", opt.format,
                      "pytorch (state_dict for torch.load), torchscript (torch.jit.load), onnx, "
-                     "or safetensors (a folder; a gpt under GPT-2's names with config.json) "
+                     "or hf (a Hugging Face model folder: a llama under its architecture's names, "
+                     "a gpt under GPT-2's, with config.json; safetensors is the same) "
                      "(default torchscript)")
-          ->check(CLI::IsMember({"pytorch", "torchscript", "onnx", "safetensors"}));
+          ->check(CLI::IsMember({"pytorch", "torchscript", "onnx", "safetensors", "hf"}));
+      app.add_option("--max-shard-size", opt.max_shard_size,
+                     "hf, safetensors: largest weights file; larger models are cut into shards "
+                     "with model.safetensors.index.json (default 5GB = 5e9 bytes)");
       app.add_option("--out", opt.out, "File to write, e.g. model.pt (safetensors: a folder)")
           ->required();
       app.add_option("--seq-len", opt.seq_len,

@@ -178,7 +178,7 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
     }
   } else {
     t.text("activations",
-           "estimated for the gpt only (a config, or --layers --width --seq-len "
+           "estimated for the gpt and llama only (a config, or --layers --width --seq-len "
            "--vocab --heads --micro-batch)");
   }
   if (mode == plan::ShardMode::kFull) {

@@ -3,12 +3,7 @@
 #include "hpctrain/model/gpt.hpp"
 
 #include <cmath>
-#include <limits>
 
-#include "hpctrain/compat/torch_compat.hpp"
-#include "hpctrain/model/task_loss.hpp"
-#include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
-#include "hpctrain/plan/pipeline_schedule.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -29,22 +24,7 @@ GptOptions read_gpt_options(ConfigSection& section, int tp_size) {
   o.mlp_ratio = section.get<double>("mlp_ratio", o.mlp_ratio);
   o.tied_embeddings = section.get<bool>("tied_embeddings", o.tied_embeddings);
   o.dropout = section.get<double>("dropout", o.dropout);
-  const std::string attention = section.get<std::string>("attention", "auto");
-  if (attention == "auto") {
-    o.attention = compat::kHasScaledDotProductAttention ? GptAttentionKernel::kScaledDotProduct
-                                                        : GptAttentionKernel::kExplicit;
-  } else if (attention == "explicit") {
-    o.attention = GptAttentionKernel::kExplicit;
-  } else if (attention == "sdpa") {
-    if (!compat::kHasScaledDotProductAttention) {
-      section.fail("attention", str("sdpa (scaled_dot_product_attention) needs LibTorch 2.0 or "
-                                    "later; this build has ",
-                                    compat::torch_version(), ": use auto or explicit"));
-    }
-    o.attention = GptAttentionKernel::kScaledDotProduct;
-  } else {
-    section.fail("attention", "must be one of auto, explicit, sdpa");
-  }
+  o.attention = read_attention_kernel(section);
   o.recompute = section.get_choice<Recompute>("recompute", o.recompute,
                                               {{"none", Recompute::kNone},
                                                {"block", Recompute::kBlock},
@@ -87,19 +67,7 @@ Gpt::Gpt(const GptOptions& options, parallel::CommPtr tp, std::uint64_t seed,
          const PipelinePart& pipeline)
     : options_(options), tp_(std::move(tp)), pipeline_(pipeline) {
   const std::int64_t d = options.width;
-  // This rank's chunks: stage c x pp + rank each, with their blocks.
-  const int stages = pipeline.stages();
-  const std::vector<int> per_stage =
-      plan::pipeline_stage_blocks(static_cast<int>(options.layers), stages, pipeline.layers);
-  for (int c = 0; c < pipeline.virtual_stages; ++c) {
-    Chunk chunk;
-    chunk.stage = pipeline.stage_of_chunk(c);
-    for (int s = 0; s < chunk.stage; ++s) chunk.first += per_stage[static_cast<std::size_t>(s)];
-    chunk.end = chunk.first + per_stage[static_cast<std::size_t>(chunk.stage)];
-    chunk.embeds = chunk.stage == 0;
-    chunk.heads = chunk.stage == stages - 1;
-    chunks_.push_back(chunk);
-  }
+  chunks_ = decoder_chunks(pipeline, options.layers);
   const bool embeds = chunks_.front().embeds;
   const bool heads = chunks_.back().heads;
   // Registration order is the whole model's (wte, wpe, blocks, ln_f, lm_head), restricted to
@@ -157,16 +125,7 @@ std::pair<std::int64_t, std::int64_t> Gpt::chunk_blocks(int chunk) const {
 }
 
 std::vector<StageCopy> Gpt::stage_copies() const {
-  std::vector<StageCopy> copies;
-  const int last = pipeline_.stages() - 1;
-  // Both copies on one rank would be one parameter (pp = 1): nothing to reconcile.
-  if (!options_.tied_embeddings ||
-      plan::stage_rank(0, pipeline_.pp) == plan::stage_rank(last, pipeline_.pp)) {
-    return copies;
-  }
-  if (chunks_.front().embeds) copies.push_back(StageCopy{"wte.weight", last, true});
-  if (chunks_.back().heads) copies.push_back(StageCopy{"wte.weight", 0, false});
-  return copies;
+  return tied_embedding_copies(pipeline_, chunks_, options_.tied_embeddings);
 }
 
 std::vector<std::int64_t> Gpt::stage_activation_shape(const torch::Tensor& inputs) const {
@@ -180,35 +139,9 @@ void Gpt::add_shards(const std::string& prefix,
   }
 }
 
-const torch::Tensor& Gpt::causal_mask(const torch::Tensor& like) {
-  if (!causal_mask_.defined() || causal_mask_.device() != like.device() ||
-      causal_mask_.scalar_type() != like.scalar_type()) {
-    torch::NoGradGuard no_grad;
-    const std::int64_t s = options_.seq_len;
-    causal_mask_ =
-        torch::full({s, s}, -std::numeric_limits<double>::infinity(), like.options()).triu_(1);
-  }
-  return causal_mask_;
-}
-
 torch::Tensor Gpt::embed(const torch::Tensor& inputs) {
-  if (inputs.dim() != 2 || inputs.scalar_type() != torch::kLong) {
-    throw DataError(str("gpt: inputs must be int64 token ids [batch, seq], got ",
-                        c10::toString(inputs.scalar_type()), " ", inputs.sizes()));
-  }
+  check_token_batch(inputs, options_.seq_len, options_.vocab_size, "gpt");
   const std::int64_t t = inputs.size(1);
-  if (t < 1 || t > options_.seq_len) {
-    throw DataError(str("gpt: sequences of ", t, " tokens do not fit model.seq_len = ",
-                        options_.seq_len, "; use data with at most seq_len tokens per sample"));
-  }
-  if (inputs.device().is_cpu() && inputs.numel() > 0) {  // on GPUs this would cost a sync
-    const auto lo = inputs.min().item<std::int64_t>();
-    const auto hi = inputs.max().item<std::int64_t>();
-    if (lo < 0 || hi >= options_.vocab_size) {
-      throw DataError(str("gpt: token id ", lo < 0 ? lo : hi, " outside the vocabulary [0, ",
-                          options_.vocab_size, "); check model.vocab_size against the data"));
-    }
-  }
   // Layer by layer, each group's parameters are waited for just before their first use (a
   // sharded optimizer's all-gather may still be filling the later ones).
   wait_for_parameters(*wte);
@@ -243,7 +176,7 @@ torch::Tensor Gpt::forward_chunk(int chunk_index, const torch::Tensor& input) {
     x = input;
   }
   const std::int64_t t = x.size(1);
-  const torch::Tensor mask = causal_mask(x).narrow(0, 0, t).narrow(1, 0, t);
+  const torch::Tensor mask = causal_mask_.get(x, options_.seq_len, t);
   for (std::int64_t i = chunk.first; i < chunk.end; ++i) {
     const auto& block = blocks_.at(i);
     wait_for_parameters(*block);
@@ -267,27 +200,7 @@ torch::Tensor Gpt::forward_chunk(int chunk_index, const torch::Tensor& input) {
 }
 
 LossOutput Gpt::loss(const torch::Tensor& outputs, const torch::Tensor& targets) {
-  if (targets.dim() != 2 || outputs.dim() != 3 || outputs.size(0) != targets.size(0) ||
-      outputs.size(1) != targets.size(1)) {
-    throw DataError(str("gpt: targets ", targets.sizes(), " do not match logits ", outputs.sizes(),
-                        "; expected targets [batch, seq]"));
-  }
-  if (targets.device().is_cpu() && targets.numel() > 0) {
-    const auto lo = targets.min().item<std::int64_t>();
-    const auto hi = targets.max().item<std::int64_t>();
-    if (lo < 0 || hi >= options_.vocab_size) {
-      throw DataError(str("gpt: target id ", lo < 0 ? lo : hi, " outside the vocabulary [0, ",
-                          options_.vocab_size, "); check model.vocab_size against the data"));
-    }
-  }
-  torch::Tensor predictions;
-  torch::Tensor per_token =
-      parallel::token_cross_entropy(outputs, targets, tp_, options_.vocab_size, &predictions);
-  LossOutput out;
-  out.count = targets.numel();
-  out.loss = per_token.mean();
-  set_metric_sums(out, per_token.detach().sum(torch::kDouble), predictions.eq(targets).sum());
-  return out;
+  return language_model_loss(outputs, targets, tp_, options_.vocab_size, "gpt");
 }
 
 std::vector<std::vector<std::string>> Gpt::parameter_units() const {

@@ -3,9 +3,7 @@
 
 #include <cmath>
 
-#include "hpctrain/compat/torch_compat.hpp"
 #include "hpctrain/model/gpt.hpp"
-#include "hpctrain/model/quantized_linear.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::model {
@@ -18,18 +16,6 @@ double residual_std(const GptOptions& options) {
 }
 
 }  // namespace
-
-torch::Tensor int8_or_float(const Model* owner, parallel::ColumnParallelLinear& layer,
-                            const torch::Tensor& x) {
-  const QuantizedLinear* q = owner != nullptr ? owner->int8_linear(&layer) : nullptr;
-  return q != nullptr ? q->forward(x) : layer.forward(x);
-}
-
-torch::Tensor int8_or_float(const Model* owner, parallel::RowParallelLinear& layer,
-                            const torch::Tensor& x) {
-  const QuantizedLinear* q = owner != nullptr ? owner->int8_linear(&layer) : nullptr;
-  return q != nullptr ? q->forward(x) : layer.forward(x);
-}
 
 GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, const std::string& name,
                            std::uint64_t seed)
@@ -51,50 +37,15 @@ GptAttention::GptAttention(const GptOptions& options, parallel::CommPtr tp, cons
 torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const std::int64_t batch = x.size(0);
   const std::int64_t t = x.size(1);
-  const std::int64_t bh = batch * local_heads_;
   // [B, T, 3 * H * hd] -> [3, B, H, T, hd]: one copy lays out q, k and v as contiguous batches
-  // of per-head matrices for bmm.
+  // of per-head matrices.
   torch::Tensor qkv_heads = int8_or_float(int8_owner, *qkv, x)
                                 .view({batch, t, 3, local_heads_, head_dim_})
                                 .permute({2, 0, 3, 1, 4})
                                 .contiguous();
-  if (kernel_ == GptAttentionKernel::kScaledDotProduct) {
-    // [B, H, T, hd] each; causal without a mask tensor (the fused kernels skip masked blocks).
-    // With recompute=attention the call is replayed in backward like the explicit core.
-    const double p = is_training() ? dropout_ : 0.0;
-    auto attend = [p](const std::vector<torch::Tensor>& in) {
-      return compat::causal_scaled_dot_product_attention(in[0], in[1], in[2], p);
-    };
-    const std::vector<torch::Tensor> heads{qkv_heads[0], qkv_heads[1], qkv_heads[2]};
-    torch::Tensor context = recompute_ && is_training() ? recompute(attend, heads) : attend(heads);
-    return int8_or_float(int8_owner, *proj,
-                         context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
-  }
-  torch::Tensor q = qkv_heads[0].view({bh, t, head_dim_});
-  torch::Tensor k = qkv_heads[1].view({bh, t, head_dim_});
-  torch::Tensor v = qkv_heads[2].view({bh, t, head_dim_});
-  torch::Tensor context = recompute_ && is_training()
-                              ? recompute(
-                                    [this, mask](const std::vector<torch::Tensor>& in) {
-                                      return core(in[0], in[1], in[2], mask);
-                                    },
-                                    {q, k, v})
-                              : core(q, k, v, mask);
-  context = context  // [B H, T, hd] -> [B, T, H hd]
-                .view({batch, local_heads_, t, head_dim_})
-                .transpose(1, 2)
-                .reshape({batch, t, local_heads_ * head_dim_});
+  torch::Tensor context = causal_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2], mask, kernel_,
+                                           dropout_, is_training(), recompute_);
   return int8_or_float(int8_owner, *proj, context);
-}
-
-torch::Tensor GptAttention::core(const torch::Tensor& q, const torch::Tensor& k,
-                                 const torch::Tensor& v, const torch::Tensor& mask) {
-  // scores = mask + q k^T / sqrt(hd) in one fused call; the [T, T] mask broadcasts over B * H.
-  torch::Tensor scores = torch::baddbmm(mask, q, k.transpose(1, 2), /*beta=*/1.0,
-                                        /*alpha=*/1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  torch::Tensor probs = torch::softmax(scores, -1);
-  if (dropout_ > 0) probs = torch::dropout(probs, dropout_, is_training());
-  return torch::bmm(probs, v);
 }
 
 torch::Tensor GptAttention::forward_cached(const torch::Tensor& x, const torch::Tensor& mask,

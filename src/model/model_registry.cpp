@@ -18,6 +18,7 @@ namespace hpctrain::model {
 std::shared_ptr<Model> make_mlp(ConfigSection& section, const ModelContext& ctx);
 std::shared_ptr<Model> make_cnn(ConfigSection& section, const ModelContext& ctx);
 std::shared_ptr<Model> make_gpt(ConfigSection&, const ModelContext&);
+std::shared_ptr<Model> make_llama(ConfigSection&, const ModelContext&);
 std::shared_ptr<Model> make_torchscript(ConfigSection& section, const ModelContext& ctx);
 
 namespace {
@@ -27,6 +28,7 @@ std::map<std::string, ModelFactory>& registry() {
       {"mlp", make_mlp},
       {"cnn", make_cnn},
       {"gpt", make_gpt},
+      {"llama", make_llama},
       {"torchscript", make_torchscript},
   };
   return factories;
@@ -44,7 +46,7 @@ bool registry_builtin(const std::string& name) {
 std::string pipeline_refusal(const std::string& name, const PipelinePart& part) {
   return str("model.name = ", name, " cannot be cut into pipeline stages (parallel.pp = ", part.pp,
              part.virtual_stages > 1 ? str(" x parallel.pp_virtual = ", part.virtual_stages) : "",
-             "): only a model that defines its stages can (the built-in gpt); set "
+             "): only a model that defines its stages can (the built-in gpt and llama); set "
              "parallel.pp: 1 and use data or tensor parallelism, or parallel.shard_optimizer "
              "to save memory");
 }
@@ -164,7 +166,8 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
   // (checkpoint/init_from.hpp), and only to a run that starts fresh.
   if (section.has("init_from") && section.get<std::string>("init_from", "").empty()) {
     section.fail("init_from",
-                 "is empty: give a checkpoint, safetensors or torch.save file, or "
+                 "is empty: give a checkpoint, a Hugging Face model folder, a safetensors or "
+                 "torch.save file, or "
                  "remove the key");
   }
   auto it = registry().find(name);
@@ -175,12 +178,13 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
                              " (a C++ model of your own: load its plugin with --plugin PATH or "
                              "model.plugin)"));
   }
-  if (name != "gpt" && section.has("recompute")) {
+  if (name != "gpt" && name != "llama" && section.has("recompute")) {
     const std::string mode = section.get<std::string>("recompute", "none");
     if (mode != "none") {
-      section.fail("recompute", str("activation recomputation is supported by the gpt model only, "
-                                    "not by ",
-                                    name, "; remove model.recompute or set it to none"));
+      section.fail("recompute",
+                   str("activation recomputation is supported by the gpt and llama models only, "
+                       "not by ",
+                       name, "; remove model.recompute or set it to none"));
     }
   }
   if (ctx.pipeline.cut() && name != "gpt" && registry_builtin(name)) {

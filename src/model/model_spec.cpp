@@ -1,6 +1,8 @@
 #include "hpctrain/model/model_spec.hpp"
 
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/llama.hpp"
+#include "hpctrain/model/llama_hf.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -15,12 +17,14 @@ ModelSpec ModelSpec::from(ConfigSection& section) {
   ModelSpec spec;
   spec.name = section.get<std::string>("name", spec.name);
   if (spec.name.empty()) {
-    section.fail("name", "must name a model (mlp, cnn, gpt, torchscript, ...)");
+    section.fail("name", "must name a model (mlp, cnn, gpt, llama, torchscript, ...)");
   }
+  // A Hugging Face folder's config.json sets (or checks) the llama's keys before any is read.
+  if (spec.name == "llama") apply_hf_config(section);
+  const bool language_model = spec.name == "gpt" || spec.name == "llama";
   // seq_len for every model, so the resolved config of any run records it (0 for models without
   // sequences; the gpt's own default for the gpt).
-  spec.seq_len =
-      section.get<std::int64_t>("seq_len", spec.name == "gpt" ? GptOptions{}.seq_len : 0);
+  spec.seq_len = section.get<std::int64_t>("seq_len", language_model ? GptOptions{}.seq_len : 0);
   if (spec.seq_len < 0) section.fail("seq_len", "must be >= 0 (0: not a sequence model)");
   if (spec.name == "mlp") {
     spec.task = Task::kClassification;
@@ -36,7 +40,10 @@ ModelSpec ModelSpec::from(ConfigSection& section) {
     for (auto d : spec.input_shape) {
       if (d < 1) section.fail("input_shape", "every extent must be positive");
     }
-  } else if (spec.name == "gpt") {
+  } else if (language_model) {
+    static_assert(GptOptions{}.vocab_size == LlamaOptions{}.vocab_size &&
+                      GptOptions{}.seq_len == LlamaOptions{}.seq_len,
+                  "the language models share the defaults of vocab_size and seq_len");
     spec.task = Task::kLanguageModel;
     spec.vocab_size = section.get<std::int64_t>("vocab_size", GptOptions{}.vocab_size);
   } else if (spec.name == "torchscript") {

@@ -52,17 +52,44 @@ double parse_peak_flops(const std::string& text, const std::string& what) {
   return value;
 }
 
+double transformer_block_parameters(const TransformerShape& s) {
+  const double d = static_cast<double>(s.width);
+  if (!s.swiglu) {
+    const double f = std::round(static_cast<double>(s.width) * s.mlp_ratio);
+    return 4 * d * d + 2 * f * d + 9 * d + f;
+  }
+  const double h = static_cast<double>(s.heads);
+  const double kv = static_cast<double>(s.kv_heads > 0 ? s.kv_heads : s.heads);
+  const double hd = static_cast<double>(s.head_dim > 0 ? s.head_dim : s.width / s.heads);
+  const double f = static_cast<double>(s.ffn_width);
+  double n = d * (h + 2 * kv) * hd + h * hd * d + 3 * f * d + 2 * d;
+  if (s.qkv_bias) n += (h + 2 * kv) * hd;
+  if (s.qk_norm) n += 2 * hd;
+  return n;
+}
+
 double transformer_non_embedding_parameters(const TransformerShape& s) {
   const double d = static_cast<double>(s.width);
-  const double f = std::round(static_cast<double>(s.width) * s.mlp_ratio);
-  const double per_block = 4 * d * d + 2 * f * d + 9 * d + f;
-  return static_cast<double>(s.layers) * per_block + 2 * d;
+  return static_cast<double>(s.layers) * transformer_block_parameters(s) + (s.swiglu ? d : 2 * d);
 }
 
 double transformer_embedding_parameters(const TransformerShape& s) {
   const double d = static_cast<double>(s.width);
   const double v = static_cast<double>(s.vocab_size);
-  return v * d + static_cast<double>(s.seq_len) * d + (s.tied_embeddings ? 0.0 : v * d);
+  const double positions = s.swiglu ? 0.0 : static_cast<double>(s.seq_len) * d;
+  return v * d + positions + (s.tied_embeddings ? 0.0 : v * d);
+}
+
+double transformer_forward_flops_per_token(const TransformerShape& s) {
+  const double n = transformer_non_embedding_parameters(s);
+  if (!s.swiglu) {
+    return transformer_forward_flops_per_token(n, s.layers, s.seq_len, s.width) +
+           transformer_head_flops_per_token(s.width, s.vocab_size);
+  }
+  const double hd = static_cast<double>(s.head_dim > 0 ? s.head_dim : s.width / s.heads);
+  const double head = static_cast<double>(s.vocab_size) * static_cast<double>(s.width);
+  return 2.0 * (n + head) + 4.0 * static_cast<double>(s.layers) * static_cast<double>(s.seq_len) *
+                                static_cast<double>(s.heads) * hd;
 }
 
 double transformer_forward_flops_per_token(double non_embedding_parameters, std::int64_t layers,

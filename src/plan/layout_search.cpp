@@ -75,8 +75,10 @@ LayoutSearch search_layouts(const LayoutSearchInputs& inputs) {
   const MemoryInputs& run = inputs.run;
   std::vector<int> tps;
   if (inputs.vary_tp && run.gpt) {
-    const std::int64_t mlp = static_cast<std::int64_t>(
-        std::round(static_cast<double>(run.shape.width) * run.shape.mlp_ratio));
+    const std::int64_t mlp = run.shape.swiglu
+                                 ? run.shape.ffn_width
+                                 : static_cast<std::int64_t>(std::round(
+                                       static_cast<double>(run.shape.width) * run.shape.mlp_ratio));
     for (int tp = 1; tp <= inputs.devices_per_node; ++tp) {
       if (inputs.devices_per_node % tp != 0 || inputs.devices % (tp * inputs.pp) != 0) continue;
       if (run.heads % tp != 0 || mlp % tp != 0) continue;

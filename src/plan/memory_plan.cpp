@@ -58,11 +58,11 @@ ParameterBytes parameter_bytes(WeightLayout layout, const std::string& optimizer
 }
 
 GatherUnits gpt_gather_units(const TransformerShape& shape, int tp) {
-  const double d = static_cast<double>(shape.width);
-  const double f = std::round(d * shape.mlp_ratio);
   GatherUnits u;
-  u.block = (4 * d * d + 2 * f * d + 9 * d + f) / tp;
-  u.root = (transformer_embedding_parameters(shape) + 2 * d) / tp;
+  u.block = transformer_block_parameters(shape) / tp;
+  u.root = (transformer_embedding_parameters(shape) + transformer_non_embedding_parameters(shape) -
+            static_cast<double>(shape.layers) * transformer_block_parameters(shape)) /
+           tp;
   return u;
 }
 
@@ -140,7 +140,19 @@ ActivationBytes gpt_activation_bytes(const TransformerShape& shape, std::int64_t
   const double local_heads = static_cast<double>(heads) / tp;
   // Per token: ln1 input and output, ln2 input and output (replicated: 4 D); q, k, v (3 D),
   // the attention context (D), the MLP's pre- and post-GELU features (2 F), all split over tp.
-  const double dense = 4 * d + (4 * d + 2 * f) / tp;
+  double dense = 4 * d + (4 * d + 2 * f) / tp;
+  if (shape.swiglu) {
+    // The llama's block (model/llama_block.cpp), an estimate not yet fitted to measurements:
+    // the two RMSNorms' inputs and outputs (4 D); q, k, v as projected ((H + 2 KV) hd), rotated
+    // q and k, v expanded to the query heads and the context (4 H hd); gate and up (2 F), silu
+    // of gate and the product (2 F); all but the norms split over tp.
+    const double hd =
+        static_cast<double>(shape.head_dim > 0 ? shape.head_dim : shape.width / heads);
+    const double kv = static_cast<double>(shape.kv_heads > 0 ? shape.kv_heads : heads);
+    const double h = static_cast<double>(heads);
+    dense =
+        4 * d + ((h + 2 * kv) * hd + 4 * h * hd + 4 * static_cast<double>(shape.ffn_width)) / tp;
+  }
   // Attention probabilities: local heads x T per token; with dropout also the dropped copy and
   // its mask, and the masks of the two residual dropouts (mask_bytes each element).
   double attention = local_heads * t;

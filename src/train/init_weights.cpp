@@ -51,6 +51,7 @@ void init_weights_from(model::Model& model, const std::string& path, comm::Envir
                 report.buffers > 0 ? str(" and ", report.buffers, " buffers") : std::string(),
                 " from ", report.source, "; the optimizer starts fresh at step 0"));
   for (const std::string& note : report.notes) log::info("  model.init_from: " + note);
+  for (const std::string& warning : report.warnings) log::warn("model.init_from: " + warning);
 }
 
 }  // namespace hpctrain::train

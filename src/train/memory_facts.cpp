@@ -1,6 +1,7 @@
 #include "memory_facts.hpp"
 
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/llama.hpp"
 #include "hpctrain/parallel/data_parallel_strategy.hpp"
 #include "hpctrain/parallel/vocab_parallel_cross_entropy.hpp"
 #include "hpctrain/plan/memory_plan.hpp"
@@ -24,12 +25,27 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
   facts.dp_all_reduce_bytes = traffic.all_reduce_bytes;
   facts.dp_reduce_scatter_bytes = traffic.reduce_scatter_bytes;
   facts.dp_all_gather_bytes = traffic.all_gather_bytes;
-  const auto* gpt = dynamic_cast<const model::Gpt*>(&model);
-  if (!gpt) return;
-  const model::GptOptions& g = gpt->options();
+  plan::TransformerShape shape;
+  std::int64_t heads = 0;
+  bool dropout = false;
+  model::Recompute recompute = model::Recompute::kNone;
+  if (const auto* gpt = dynamic_cast<const model::Gpt*>(&model)) {
+    const model::GptOptions& g = gpt->options();
+    shape = plan::TransformerShape{g.layers,     g.width,     g.seq_len,
+                                   g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    heads = g.heads;
+    dropout = g.dropout > 0;
+    recompute = g.recompute;
+  } else if (const auto* llama = dynamic_cast<const model::Llama*>(&model)) {
+    shape = model::llama_shape(llama->options());
+    heads = llama->options().heads;
+    recompute = llama->options().recompute;
+  } else {
+    return;
+  }
   plan::RecomputeMode mode = plan::RecomputeMode::kNone;
-  if (g.recompute == model::Recompute::kBlock) mode = plan::RecomputeMode::kBlock;
-  if (g.recompute == model::Recompute::kAttention) mode = plan::RecomputeMode::kAttention;
+  if (recompute == model::Recompute::kBlock) mode = plan::RecomputeMode::kBlock;
+  if (recompute == model::Recompute::kAttention) mode = plan::RecomputeMode::kAttention;
   facts.recompute = plan::recompute_name(mode);
   const bool on_cpu = facts.device.rfind("cpu", 0) == 0;
   facts.cross_entropy_kernel =
@@ -38,12 +54,10 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
               parallel::CrossEntropyKernel::kLibTorch
           ? "libtorch"
           : "vocab parallel";
-  const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
-                                     g.vocab_size, g.mlp_ratio, g.tied_embeddings};
   facts.activation_bytes_estimate =
-      plan::gpt_activation_bytes(shape, g.heads, cfg.data.batch_size, facts.tp,
-                                 activation_element_bytes(cfg.run.precision), g.dropout > 0, mode,
-                                 facts.device.rfind("cpu", 0) == 0 ? plan::kCpuDropoutMask : 1)
+      plan::gpt_activation_bytes(shape, heads, cfg.data.batch_size, facts.tp,
+                                 activation_element_bytes(cfg.run.precision), dropout, mode,
+                                 on_cpu ? plan::kCpuDropoutMask : 1)
           .total();
 }
 

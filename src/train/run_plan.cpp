@@ -7,6 +7,7 @@
 
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/llama.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
@@ -49,6 +50,25 @@ struct RecordedRun {
 
 // The model, work and optimizer of a run configuration, for `devices` ranks; its pipeline
 // schedule into `pipeline` (parallel.pp > 1).
+// What the plan needs of a decoder-only language model's section.
+struct DecoderFacts {
+  plan::TransformerShape shape;
+  std::int64_t heads = 0;
+  bool dropout = false;
+  model::Recompute recompute = model::Recompute::kNone;
+};
+
+DecoderFacts decoder_facts(ConfigSection& section, const std::string& name, int tp) {
+  if (name == "llama") {
+    const model::LlamaOptions o = model::read_llama_options(section, tp);
+    return {model::llama_shape(o), o.heads, false, o.recompute};
+  }
+  const model::GptOptions g = model::read_gpt_options(section, tp);
+  return {plan::TransformerShape{g.layers, g.width, g.seq_len, g.vocab_size, g.mlp_ratio,
+                                 g.tied_embeddings},
+          g.heads, g.dropout > 0, g.recompute};
+}
+
 PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
                               const std::optional<RecordedRun>& recorded, MemoryInputs& memory,
                               PipelinePlan& pipeline) {
@@ -76,40 +96,39 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   auto model_section = config.section("model");
   in.model_name = tc.model.name;
   std::int64_t seq_len = tc.model.seq_len;  // of language-model data windows
-  if (in.model_name == "gpt") {
+  if (in.model_name == "gpt" || in.model_name == "llama") {
     // Counted analytically so that a config of any size plans without allocating its weights
     // (tests/unit/plan checks the count against the built model).
-    const model::GptOptions g = model::read_gpt_options(model_section, tp);
+    const DecoderFacts f = decoder_facts(model_section, in.model_name, tp);
     if (pp > 1) {
       pipeline.stage_blocks = plan::pipeline_stage_blocks(
-          static_cast<int>(g.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
+          static_cast<int>(f.shape.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
     }
-    const plan::TransformerShape shape{g.layers,     g.width,     g.seq_len,
-                                       g.vocab_size, g.mlp_ratio, g.tied_embeddings};
     memory.gpt = true;
-    memory.shape = shape;
-    memory.heads = g.heads;
-    memory.dropout = g.dropout > 0;
-    memory.recompute = g.recompute == model::Recompute::kBlock ? plan::RecomputeMode::kBlock
-                       : g.recompute == model::Recompute::kAttention
+    memory.shape = f.shape;
+    memory.heads = f.heads;
+    memory.dropout = f.dropout;
+    memory.recompute = f.recompute == model::Recompute::kBlock ? plan::RecomputeMode::kBlock
+                       : f.recompute == model::Recompute::kAttention
                            ? plan::RecomputeMode::kAttention
                            : plan::RecomputeMode::kNone;
     in.task = Task::kLanguageModel;
-    in.non_embedding_parameters = plan::transformer_non_embedding_parameters(shape);
-    in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(shape);
-    in.tokens_per_sample = static_cast<double>(g.seq_len);
+    in.non_embedding_parameters = plan::transformer_non_embedding_parameters(f.shape);
+    in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(f.shape);
+    in.tokens_per_sample = static_cast<double>(f.shape.seq_len);
     in.forward_flops_per_sample =
-        in.tokens_per_sample * (plan::transformer_forward_flops_per_token(
-                                    in.non_embedding_parameters, g.layers, g.seq_len, g.width) +
-                                plan::transformer_head_flops_per_token(g.width, g.vocab_size));
+        in.tokens_per_sample * plan::transformer_forward_flops_per_token(f.shape);
     in.flops_formula =
-        "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
-        "non-embedding), training 3x: 6 N D plus attention and head";
+        f.shape.swiglu
+            ? "per token 2 (N + V D) + 4 layers T heads head_dim forward (N non-embedding, the "
+              "head counted), training 3x: 6 N D plus the head and attention"
+            : "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
+              "non-embedding), training 3x: 6 N D plus attention and head";
   } else {
     if (pp > 1) {
       throw ConfigError(str("model.name = ", in.model_name,
                             " cannot be cut into pipeline stages (parallel.pp = ", pp,
-                            "): only the gpt can; set parallel.pp: 1"));
+                            "): only the gpt and llama can; set parallel.pp: 1"));
     }
     // Small models are built on the CPU, unsharded, and their layers counted.
     model::ModelContext ctx;

@@ -3,8 +3,9 @@
 // "Pretrained weights"), whatever wrote them:
 //   - an hpctrain checkpoint: a step_<N> directory, or a run directory (its newest checkpoint
 //     that verifies); verified first, its model/ tensors only (no optimizer state)
-//   - a safetensors file (checkpoint/safetensors.hpp), or a directory holding model.safetensors
-//     (a Hugging Face model folder)
+//   - a safetensors file (checkpoint/safetensors.hpp), or a Hugging Face model folder: a
+//     directory holding model.safetensors, or shards listed by model.safetensors.index.json
+//     (its weight_map: tensor name -> file; every shard must hold exactly the tensors it lists)
 //   - a PyTorch state_dict saved with torch.save (the zip format of PyTorch 1.6 and later), or a
 //     directory holding pytorch_model.bin
 // Tensors are listed when the file opens and read one at a time, whole (logical, unsharded).
@@ -17,6 +18,9 @@
 #include <vector>
 
 namespace hpctrain::checkpoint {
+
+/// The index of a Hugging Face folder's sharded safetensors files.
+inline constexpr const char* kSafetensorsIndex = "model.safetensors.index.json";
 
 class WeightsFile {
  public:

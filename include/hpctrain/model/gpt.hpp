@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "hpctrain/model/decoder_parts.hpp"
 #include "hpctrain/model/kv_cache.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/model/recompute.hpp"
@@ -51,10 +52,8 @@
 
 namespace hpctrain::model {
 
-/// How attention scores, softmax and the weighted sum are computed: explicitly (baddbmm with the
-/// causal mask, softmax, bmm: every LibTorch) or by scaled_dot_product_attention (LibTorch 2.x:
-/// fused flash / memory-efficient kernels on GPU). Both compute the same function.
-enum class GptAttentionKernel { kExplicit, kScaledDotProduct };
+/// How the gpt's attention is computed (model/decoder_parts.hpp).
+using GptAttentionKernel = AttentionKernel;
 
 /// The model section of a GPT, validated.
 struct GptOptions {
@@ -104,11 +103,6 @@ class GptAttention : public torch::nn::Module {
   const Model* int8_owner = nullptr;
 
  private:
-  /// Scores, softmax, dropout and the product with v: the part model.recompute = attention
-  /// recomputes. Local.
-  torch::Tensor core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& mask);
-
   std::int64_t local_heads_;
   std::int64_t head_dim_;
   double dropout_;
@@ -227,21 +221,11 @@ class Gpt : public Model, public IncrementalDecoder {
   std::shared_ptr<parallel::ColumnParallelLinear> lm_head;
 
  private:
-  // The additive causal mask for seq_len, built on first use for the device and dtype of the
-  // activations and kept (not a registered buffer: it is derived, not state).
-  const torch::Tensor& causal_mask(const torch::Tensor& like);
   void add_shards(const std::string& prefix,
                   const std::vector<std::pair<std::string, parallel::TensorShard>>& shards);
 
-  // One chunk of this rank: its stage, blocks [first, end), whether it embeds and whether it
-  // computes the head.
-  struct Chunk {
-    int stage = 0;
-    std::int64_t first = 0;
-    std::int64_t end = 0;
-    bool embeds = true;
-    bool heads = true;
-  };
+  // One chunk of this rank (model/decoder_parts.hpp).
+  using Chunk = DecoderChunk;
   torch::Tensor embed(const torch::Tensor& inputs);
 
   GptOptions options_;
@@ -251,17 +235,8 @@ class Gpt : public Model, public IncrementalDecoder {
   std::map<std::string, ShardInfo> shard_infos_;
   std::map<std::int64_t, std::shared_ptr<GptBlock>> blocks_;  // this rank's blocks by index
   torch::Tensor wpe_weight_;
-  torch::Tensor causal_mask_;
+  CausalMask causal_mask_;
 };
-
-/// `layer` applied to `x`: through its int8 replacement when `owner` (may be null) has one for
-/// it (Model::set_int8_linear), else in float32. Collective over tp like the layer's forward
-/// (int8 replacements exist at tp = 1 only).
-torch::Tensor int8_or_float(const Model* owner, parallel::ColumnParallelLinear& layer,
-                            const torch::Tensor& x);
-/// As above, for a row-parallel layer. Collective over tp like the layer's forward.
-torch::Tensor int8_or_float(const Model* owner, parallel::RowParallelLinear& layer,
-                            const torch::Tensor& x);
 
 /// Averages, over the tp group, the gradients of every parameter that `model` reports as
 /// replicated (shard_info(name).split_dim == -1). Those gradients are already identical on every

@@ -29,9 +29,13 @@ const std::vector<PeakFlopsPreset>& peak_flops_presets();
 /// listing the presets. Local.
 double parse_peak_flops(const std::string& text, const std::string& what);
 
-/// The shape of a decoder-only transformer as hpctrain's gpt model builds it (model/gpt.hpp):
-/// pre-norm blocks of attention (QKV and output projection with biases) and an MLP of
-/// mlp_ratio * width features, learned positions, tied or untied output head.
+/// The shape of a decoder-only transformer as hpctrain's models build it. The gpt
+/// (model/gpt.hpp): pre-norm blocks of attention (QKV and output projection with biases) and an
+/// MLP of mlp_ratio * width features, LayerNorms, learned positions. The llama family
+/// (model/llama.hpp, `swiglu`): RMSNorm, grouped-query attention of `heads` query heads and
+/// `kv_heads` key/value heads of `head_dim` (biases on q, k, v with qkv_bias, q/k RMSNorm with
+/// qk_norm), a SwiGLU MLP of ffn_width features, rotary positions (no table). Both: a tied or
+/// untied output head.
 struct TransformerShape {
   std::int64_t layers = 0;
   std::int64_t width = 0;
@@ -39,13 +43,24 @@ struct TransformerShape {
   std::int64_t vocab_size = 0;
   double mlp_ratio = 4.0;
   bool tied_embeddings = true;
+  // The llama family's block (swiglu); the gpt leaves these at their defaults.
+  std::int64_t heads = 0;      ///< query heads
+  std::int64_t kv_heads = 0;   ///< key/value heads (0: heads)
+  std::int64_t head_dim = 0;   ///< 0: width / heads
+  std::int64_t ffn_width = 0;  ///< SwiGLU features
+  bool swiglu = false;         ///< the llama family's block
+  bool qkv_bias = false;
+  bool qk_norm = false;
 };
 
-/// Parameters outside the embeddings and output head: per block 4 D^2 + 2 F D + 9 D + F (QKV,
-/// projection, MLP, biases, two LayerNorms; F = mlp_ratio * D) plus 2 D for the final
-/// LayerNorm. Local.
+/// Parameters of one block. gpt: 4 D^2 + 2 F D + 9 D + F (QKV, projection, MLP, biases, two
+/// LayerNorms; F = mlp_ratio * D). llama: D (H + 2 KV) hd + H hd D + 3 F D + 2 D, plus
+/// (H + 2 KV) hd with qkv_bias and 2 hd with qk_norm. Local.
+double transformer_block_parameters(const TransformerShape& shape);
+/// Parameters outside the embeddings and output head: the blocks plus the final norm (2 D for
+/// the gpt's LayerNorm, D for the llama's RMSNorm). Local.
 double transformer_non_embedding_parameters(const TransformerShape& shape);
-/// Token embedding V D, positions T D, and V D more for an untied output head. Local.
+/// Token embedding V D, positions T D (gpt only), and V D more for an untied output head. Local.
 double transformer_embedding_parameters(const TransformerShape& shape);
 /// Forward FLOPs per token: 2 N + 2 layers T width (N = non-embedding parameters; the attention
 /// scores and the weighted sum of values, Kaplan et al. 2020, eq. 2.2). Local.
@@ -55,6 +70,13 @@ double transformer_forward_flops_per_token(double non_embedding_parameters, std:
 /// position. Kaplan's 2 N leaves it out with the embeddings, yet it is a matrix product like the
 /// blocks' (29% of gpt2-124m's matrix-product work), so throughput and MFU count it. Local.
 double transformer_head_flops_per_token(std::int64_t width, std::int64_t vocab);
+/// Forward FLOPs per token of `shape` at its seq_len. gpt: the above plus
+/// transformer_head_flops_per_token. llama: 2 (N + V D) +
+/// 4 layers T H hd: every matrix including the output head (tied or not: the head is a matmul
+/// either way; the embedding lookup is not), plus the scores q k^T and the weighted sum of v,
+/// 2 T H hd each (PaLM's count, Chowdhery et al. 2022, appendix B; causal masking not
+/// discounted). Training is 3x. Local.
+double transformer_forward_flops_per_token(const TransformerShape& shape);
 
 /// Training FLOPs of a transformer: 6 N D (forward 2 N D, backward 4 N D). Local.
 double transformer_training_flops(double parameters, double tokens);

@@ -70,7 +70,7 @@ TEST(GptConfig, RecomputeOnAnotherModelNamesTheModelsThatSupportIt) {
     } catch (const ConfigError& e) {
       const std::string what = e.what();
       EXPECT_NE(what.find("model.recompute"), std::string::npos) << what;
-      EXPECT_NE(what.find("gpt model only"), std::string::npos) << what;
+      EXPECT_NE(what.find("gpt and llama models only"), std::string::npos) << what;
     }
   }
   EXPECT_NO_THROW(build("model: {name: mlp, in_features: 4, recompute: none}"));
