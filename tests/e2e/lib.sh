@@ -74,6 +74,9 @@ expect_grep() {
 }
 
 finish() {
+  # The CPU time of the script and every process it waited for (user and system, children last):
+  # ctest's log then says which tests leave a core idle (scripts/test_times.py reads it).
+  echo "cpu times: $(times | tr '\n' ' ')"
   if ((FAILURES > 0)); then
     echo "$FAILURES check(s) failed" >&2
     exit 1
