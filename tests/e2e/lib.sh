@@ -76,7 +76,9 @@ expect_grep() {
 finish() {
   # The CPU time of the script and every process it waited for (user and system, children last):
   # ctest's log then says which tests leave a core idle (scripts/test_times.py reads it).
-  echo "cpu times: $(times | tr '\n' ' ')"
+  # (times runs in this shell: in a pipeline or $(...) it would count a fresh subshell's.)
+  times >"$TMP/.cpu-times"
+  echo "cpu times: $(tr '\n' ' ' <"$TMP/.cpu-times")"
   if ((FAILURES > 0)); then
     echo "$FAILURES check(s) failed" >&2
     exit 1
