@@ -53,8 +53,12 @@ def main():
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--top", type=int, default=40)
     a = ap.parse_args()
-    tests = parse(os.path.join(a.build, "Testing", "Temporary", "LastTest.log"))
+    log = os.path.join(a.build, "Testing", "Temporary", "LastTest.log")
+    tests = parse(log)
+    # (ctest --show-only rewrites LastTest.log: keep the run's log as it was)
+    kept = open(log, "rb").read()
     procs = processors(a.build)
+    open(log, "wb").write(kept)
     tests.sort(key=lambda t: -t[1])
     print(f"{'wall s':>8} {'cpu s':>8} {'cores':>6} {'procs':>5}  test")
     for name, wall, cpu in tests[: a.top]:
