@@ -16,9 +16,11 @@ endif()
 string(REPLACE ";" " " HPCTRAIN_MPIEXEC_FLAGS_STRING "${HPCTRAIN_MPIEXEC_FLAGS}")
 
 # One thread per rank in tests: ranks outnumber cores, and results must not depend on threads.
+# Tests run side by side (scripts/test.sh: ctest -j twice the cores; a test's PROCESSORS is its
+# ranks), so a rank waiting in MPI yields its core instead of spinning on it.
 set(HPCTRAIN_TEST_ENV
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCTRAIN_THREADS=1 HPCTRAIN_COLLECTIVE_TIMEOUT=90
-    OMPI_MCA_btl_vader_single_copy_mechanism=none)
+    OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1)
 
 # hpctrain_test_unity(NAME SOURCES...): a LibTorch test of several sources compiles them as one unit
 # (each would pay the PCH's ~15 s on its own; cmake/HpctrainTargets.cmake).
@@ -70,12 +72,15 @@ function(hpctrain_mpi_test name)
   endforeach()
 endfunction()
 
-# hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s] [FIXTURES_SETUP f]
-# [FIXTURES_REQUIRED f...]): a bash script driving the real binary. It gets HPCTRAIN_BIN,
+# hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s] [PROCESSORS n]
+# [SERIAL] [FIXTURES_SETUP f] [FIXTURES_REQUIRED f...]): a bash script driving the real binary.
+# PROCESSORS: the most ranks it runs at once (default 2). SERIAL: it runs alone (RUN_SERIAL): it
+# waits on timeouts or clocks (hang detection, signals, stragglers, a time budget) that a busy
+# core would skew; every slurm-labelled test is serial too. It gets HPCTRAIN_BIN,
 # HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR, HPCTRAIN_BUILD_DIR, HPCTRAIN_TEST_DATA (data
 # shared between tests, made by fixtures such as "fmnist") and a private HPCTRAIN_TEST_TMP.
 function(hpctrain_script_test name)
-  cmake_parse_arguments(ARG "" "SCRIPT;TIMEOUT;PROCESSORS;FIXTURES_SETUP"
+  cmake_parse_arguments(ARG "SERIAL" "SCRIPT;TIMEOUT;PROCESSORS;FIXTURES_SETUP"
                         "ARGS;LABELS;DEPENDS;FIXTURES_REQUIRED" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
@@ -91,6 +96,9 @@ function(hpctrain_script_test name)
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     PROCESSORS ${ARG_PROCESSORS}
     ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_DATA=${PROJECT_BINARY_DIR}/test-data;HPCTRAIN_TEST_TMP=${tmp}")
+  if(ARG_SERIAL OR "slurm" IN_LIST ARG_LABELS)
+    set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
+  endif()
   if(ARG_FIXTURES_SETUP)
     set_tests_properties(${name} PROPERTIES FIXTURES_SETUP "${ARG_FIXTURES_SETUP}")
   endif()
