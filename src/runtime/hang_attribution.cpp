@@ -1,6 +1,7 @@
 #include "hpctrain/runtime/hang_attribution.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "hpctrain/runtime/strings.hpp"
 
@@ -183,6 +184,7 @@ HangAttribution attribute_hang(const WaitingCollective& w,
   const Link link{w.world_rank, w.channel_id, p2p ? w.group : w.channel, w.seq, w.op};
   std::vector<int> behind_ranks;   // the members that hold it up, followed below
   std::vector<std::string> other;  // ranks in another collective at this number, or ahead
+  std::vector<std::pair<int, std::string>> ahead;  // ranks that completed it
   std::vector<std::string> unknown;
   for (int member : w.members) {
     if (member == w.world_rank || contains(behind_ranks, member)) continue;
@@ -221,12 +223,17 @@ HangAttribution attribute_hang(const WaitingCollective& w,
                           w.op, " #", w.seq));
     } else if (entered > w.seq && c->completed >= w.seq) {
       // It completed this number while this rank still waits in it: it matched another call.
-      out.desynchronised.push_back(member);
-      other.push_back(str("rank ", member, p->host.empty() ? "" : " on " + p->host,
-                          " is ahead, at ", op_or_unknown(c->entered_op), " #", entered,
-                          ", having completed #", w.seq, " that rank ", w.world_rank,
-                          " still waits in"));
+      ahead.emplace_back(
+          member, str("rank ", member, p->host.empty() ? "" : " on " + p->host, " is ahead, at ",
+                      op_or_unknown(c->entered_op), " #", entered, ", having completed #", w.seq,
+                      " that rank ", w.world_rank, " still waits in"));
     }
+  }
+  // Unless a member fell silent inside it: then the others complete as far as its part reached
+  // them before it stopped (a ring or tree all-reduce finishes on some ranks first).
+  for (const auto& [member, text] : out.silent.empty() ? ahead : decltype(ahead){}) {
+    out.desynchronised.push_back(member);
+    other.push_back(text);
   }
   // Each member that holds it up: where it is, or the chain of waits from it to the causes.
   Follow f{positions, behind_ranks, {w.world_rank}, out};

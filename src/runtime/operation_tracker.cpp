@@ -77,8 +77,17 @@ void enter_operation(Channel* channel, std::uint64_t seq, const char* op, const 
       e.group[kGroupChars - 1] = '\0';
       // A group too large to list travels without its members (the others' channel counters
       // still name them).
-      e.peer_count = peers.size() <= kMaxPeers ? peers.size() : 0;
-      std::copy_n(peers.begin(), e.peer_count, e.peers.begin());
+      // Each peer once (a batch sends to and receives from the same neighbour).
+      e.peer_count = 0;
+      for (int peer : peers) {
+        const auto end = e.peers.begin() + static_cast<std::ptrdiff_t>(e.peer_count);
+        if (std::find(e.peers.begin(), end, peer) != end) continue;
+        if (e.peer_count == kMaxPeers) {
+          e.peer_count = 0;
+          break;
+        }
+        e.peers[e.peer_count++] = peer;
+      }
       slot = i;
       break;
     }

@@ -104,6 +104,13 @@ TEST(HangAttribution, ARankPastTheNumberIsDesynchronised) {
   const HangAttribution a = attribute_hang(waiting_in(7), positions);
   EXPECT_EQ(a.desynchronised, std::vector<int>{2});
   EXPECT_NE(a.text.find("rank 2 on n2 is ahead, at all_reduce #9"), std::string::npos) << a.text;
+  // Unless a member entered it and fell silent: its part reached rank 2 before it stopped.
+  std::vector<RankPosition> stopped = positions;
+  stopped[3].heard_ago_s = 6;
+  const HangAttribution b = attribute_hang(waiting_in(7), stopped);
+  EXPECT_TRUE(b.desynchronised.empty()) << b.text;
+  EXPECT_EQ(b.silent, std::vector<int>{3});
+  EXPECT_EQ(b.text.find("desynchronised"), std::string::npos) << b.text;
 }
 
 TEST(HangAttribution, ARankThatEnteredAndFellSilentIsNamed) {
@@ -354,6 +361,11 @@ TEST(HangChain, ARanksOwnPositionNamesTheOperationItHasWaitedInLongest) {
     EXPECT_TRUE(o.active);
     EXPECT_EQ(o.channel_id, 0u);
     EXPECT_EQ(describe_operation(o), "pp send_recv with ranks 1 and 3");
+  }
+  batch.peers = {1, 1};  // a send to and a receive from one neighbour: that peer once
+  {
+    CollectiveScope p2p(batch, /*watched=*/false);
+    EXPECT_EQ(describe_operation(operation()), "pp send_recv with rank 1");
   }
   EXPECT_FALSE(operation().active);
 }
