@@ -25,7 +25,7 @@ fortunes=/usr/share/games/fortunes
 [[ -f $fortunes/science ]] || fail "$fortunes/science missing: apt-get install fortunes"
 expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/science" \
   --out "$TMP/text" --val-fraction 0.05
-pp=("$HPCTRAIN_BIN" --collective-timeout 5 --peer-timeout 120 train
+pp=("$HPCTRAIN_BIN" --peer-timeout 120 train
   -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set "data.train=$TMP/text/train.h5"
   --set "data.val=$TMP/text/val.h5" --set model.seq_len=32 --set model.width=32
   --set model.heads=2 --set model.layers=2 --set data.batch_size=4 --set optim.grad_accumulation=4
@@ -48,9 +48,19 @@ pid_of_rank() {
 freeze() {
   local name=$1
   shift
-  local victim_rank=$((RANDOM % 4)) after=$((5 + RANDOM % 15)) pid rc
+  local victim_rank=$((RANDOM % 4)) after=$((5 + RANDOM % 15)) pid rc launch=("$@")
+  if [[ $name == pp-* ]]; then
+    # The pipeline: only the rank that shares no group with the stopped one (world rank ^ 3: the
+    # other stage of the other replica) times out after 5 s, the others after 30 s, so the report
+    # comes from a rank that waits on the stopped one through a live rank (or directly, when every
+    # rank waits in a world collective).
+    # shellcheck disable=SC2016  # expanded by the rank's shell
+    launch=(bash -c 'if [[ $OMPI_COMM_WORLD_RANK == "$0" ]]; then t=5; else t=30; fi
+      HPCTRAIN_COLLECTIVE_TIMEOUT=$t exec "$@"' "$((victim_rank ^ 3))" "$@")
+  fi
   # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds mpirun and its flags
-  timeout 150 $HPCTRAIN_MPIEXEC -np 4 "$@" --set "run.dir=$TMP/$name" >"$TMP/$name.txt" 2>&1 &
+  timeout 150 $HPCTRAIN_MPIEXEC -np 4 "${launch[@]}" --set "run.dir=$TMP/$name" \
+    >"$TMP/$name.txt" 2>&1 &
   local launcher=$!
   for _ in $(seq 1 900); do
     [[ $(grep -c '"type":"train"' "$TMP/$name/metrics.jsonl" 2>/dev/null) -ge $after ]] && break
