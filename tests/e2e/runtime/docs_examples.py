@@ -81,20 +81,20 @@ def link(target, path):
 
 
 def make_megatron(prefix):
-    """A tiny Megatron indexed dataset PREFIX.bin + PREFIX.idx (docs/DATA.md's layout): 64 uint16
-    token ids in two documents of one sequence each."""
+    """A small Megatron indexed dataset PREFIX.bin + PREFIX.idx (docs/DATA.md's layout): 40000
+    uint16 token ids in two documents of one sequence each."""
     import struct
 
     import numpy as np
 
     os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
-    tokens = (np.arange(64) % 250).astype(np.uint16)
-    lengths = np.array([32, 32], np.int32)
+    tokens = (np.arange(40000) % 250).astype(np.uint16)
+    lengths = np.array([20000, 20000], np.int32)
     with open(prefix + ".bin", "wb") as f:
         f.write(tokens.tobytes())
     with open(prefix + ".idx", "wb") as f:
         f.write(b"MMIDIDX\x00\x00" + struct.pack("<QB", 1, 8) + struct.pack("<QQ", 2, 3))
-        f.write(lengths.tobytes() + np.array([0, 64], np.int64).tobytes())
+        f.write(lengths.tobytes() + np.array([0, 40000], np.int64).tobytes())
         f.write(np.array([0, 1, 2], np.int64).tobytes())
 
 
@@ -144,16 +144,20 @@ def blocks(source, out, base_config, test_data):
         link(os.path.join(test_data, "fashion-mnist", f"{split}.h5"),
              os.path.join(work, "data", "fashion-mnist", f"{split}.h5"))
     base = top_sections(open(base_config, encoding="utf-8").read())
+    # Token data (a Megatron source) needs a language model: the tiny gpt's sections fill in.
+    lm_base = top_sections(open(os.path.join(os.path.dirname(base_config), "gpt-tiny.yaml"),
+                                encoding="utf-8").read())
     for n, (doc, line, text) in enumerate(config_blocks(source)):
         name = f"{n:02d}"
         tree = yaml.safe_load(text)
+        data = tree.get("data") or {}
+        fill = lm_base if "megatron" in str(data) else base
         with open(os.path.join(out, name + ".yaml"), "w", encoding="utf-8") as f:
             f.write(text)
-        full = text + "".join("\n".join(lines) + "\n" for s, lines in base.items() if s not in tree)
+        full = text + "".join("\n".join(lines) + "\n" for s, lines in fill.items() if s not in tree)
         with open(os.path.join(out, name + ".full.yaml"), "w", encoding="utf-8") as f:
             f.write(full)
         runnable = True
-        data = tree.get("data") or {}
         for key in ("train", "val"):
             if key in data:
                 make_data(work, data[key], train_h5)
