@@ -186,8 +186,10 @@ HangAttribution attribute_hang(const WaitingCollective& w,
   std::vector<std::string> other;  // ranks in another collective at this number, or ahead
   std::vector<std::pair<int, std::string>> ahead;  // ranks that completed it
   std::vector<std::string> unknown;
+  std::vector<int> seen;  // a batch lists a peer it sends to and receives from twice
   for (int member : w.members) {
-    if (member == w.world_rank || contains(behind_ranks, member)) continue;
+    if (member == w.world_rank || contains(seen, member)) continue;
+    seen.push_back(member);
     const RankPosition* p = find_rank(positions, member);
     if (p == nullptr || !p->known) {
       out.unknown.push_back(member);

@@ -233,7 +233,9 @@ TEST(HangChain, APipelineWaitOnALiveStageNamesTheStoppedRankItWaitsFor) {
   positions[0].operation = in_send_recv({1});
   positions[1].operation = in_dp(kDpStage1, 57);
   positions[3].operation = in_dp(kDpStage1, 56, /*active=*/false);
-  const HangAttribution a = attribute_hang(pipeline_wait(0, 1), positions);
+  WaitingCollective w = pipeline_wait(0, 1);
+  w.members = {1, 1};  // a send to and a receive from rank 1
+  const HangAttribution a = attribute_hang(w, positions);
   EXPECT_EQ(a.not_entered, std::vector<int>{1});
   EXPECT_EQ(a.waiting, std::vector<int>{1});
   EXPECT_EQ(a.causes, std::vector<int>{3});
