@@ -5,6 +5,7 @@
 #include "hpctrain/runtime/flight_recorder.hpp"
 #include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "operation_tracker.hpp"
 
 namespace hpctrain::runtime {
 
@@ -34,6 +35,9 @@ CollectiveScope::CollectiveScope(const IssuedOp& issued, bool watched)
 }
 
 void CollectiveScope::enter() {
+  // Before the channel's counter moves, so the position that move sends names whom it waits for.
+  enter_operation(op_.channel, op_.seq, op_.op, op_.group,
+                  op_.channel ? op_.channel->members() : op_.peers);
   if (op_.channel) op_.channel->enter(op_.seq, op_.op);
   FlightRecorder::record_start(op_.record);
 }
@@ -41,6 +45,7 @@ void CollectiveScope::enter() {
 CollectiveScope::~CollectiveScope() {
   const bool failed = std::uncaught_exceptions() > exceptions_;
   if (op_.channel && !failed) op_.channel->complete(op_.seq, op_.op);
+  leave_operation();
   FlightRecorder::record_end(op_.record, !failed);
 }
 

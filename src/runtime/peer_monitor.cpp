@@ -17,6 +17,7 @@
 #include "hpctrain/runtime/position.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "operation_tracker.hpp"
 #include "peer_monitor_state.hpp"
 #include "position_listener.hpp"
 
@@ -178,6 +179,7 @@ std::vector<RankPosition> PeerMonitor::positions() {
     mine.channels.push_back(
         ChannelPosition{st.id, st.name, st.entered, st.entered_op, st.completed, st.completed_op});
   }
+  mine.operation = current_operation();
   if (!s.running.load()) return {mine};
   std::vector<RankPosition> out;
   std::lock_guard<std::mutex> lock(s.ring_mutex);

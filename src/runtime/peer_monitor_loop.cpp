@@ -28,6 +28,7 @@
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/stop_signals.hpp"
 #include "hpctrain/runtime/strings.hpp"
+#include "operation_tracker.hpp"
 #include "peer_monitor_state.hpp"
 #include "position_listener.hpp"
 
@@ -102,6 +103,16 @@ PositionRecord own_position() {
     w.completed_op = op_code(c->completed_op());
     p.channels.push_back(w);
   }
+  const OperationPosition o = current_operation();
+  if (o.known) {
+    p.has_operation = true;
+    p.operation.channel_id = o.channel_id;
+    p.operation.seq = static_cast<std::uint32_t>(o.seq);
+    p.operation.op = op_code(o.op.c_str());
+    p.operation.channel = op_code(o.channel.c_str());
+    p.operation.active = o.active ? 1 : 0;
+    p.peers.assign(o.peers.begin(), o.peers.end());
+  }
   return p;
 }
 
@@ -124,6 +135,16 @@ RankPosition to_rank_position(int world_rank, const PeerState& p, Clock::time_po
     q.channels.push_back(ChannelPosition{c.id, known ? known->name() : std::string(), c.entered,
                                          op_name(c.entered_op), c.completed,
                                          op_name(c.completed_op)});
+  }
+  if (p.record.has_operation) {
+    const WireOperation& o = p.record.operation;
+    q.operation.known = true;
+    q.operation.active = o.active != 0;
+    q.operation.channel_id = o.channel_id;
+    q.operation.channel = op_name(o.channel);
+    q.operation.seq = o.seq;
+    q.operation.op = op_name(o.op);
+    q.operation.peers.assign(p.record.peers.begin(), p.record.peers.end());
   }
   return q;
 }

@@ -14,8 +14,10 @@ struct WirePosition {
   std::uint32_t in_phase_ms = 0;
   std::uint8_t phase = 0;
   std::uint8_t channel_count = 0;
-  std::uint16_t reserved = 0;
+  std::uint8_t flags = 0;  // kHasOperation: a WireOperation and its peers follow the channels
+  std::uint8_t reserved = 0;
 };
+constexpr std::uint8_t kHasOperation = 1;
 static_assert(sizeof(WirePosition) == kPositionHeaderBytes, "wire format");
 
 bool same_channel(const WireChannel& a, const WireChannel& b) {
@@ -23,12 +25,23 @@ bool same_channel(const WireChannel& a, const WireChannel& b) {
          a.entered_op == b.entered_op && a.completed_op == b.completed_op;
 }
 
+bool same_operation(const WireOperation& a, const WireOperation& b) {
+  return a.channel_id == b.channel_id && a.seq == b.seq && a.op == b.op && a.channel == b.channel &&
+         a.active == b.active;
+}
+
+std::size_t peers_on_wire(const PositionRecord& r) {
+  return std::min<std::size_t>(r.peers.size(), static_cast<std::size_t>(kMaxWirePeers));
+}
+
 }  // namespace
 
 bool PositionRecord::same_place(const PositionRecord& other) const {
   return rank == other.rank && step == other.step && phase == other.phase &&
          channels.size() == other.channels.size() &&
-         std::equal(channels.begin(), channels.end(), other.channels.begin(), same_channel);
+         std::equal(channels.begin(), channels.end(), other.channels.begin(), same_channel) &&
+         has_operation == other.has_operation &&
+         (!has_operation || (same_operation(operation, other.operation) && peers == other.peers));
 }
 
 Message make_message(MessageType type, int from, std::uint64_t token) {
@@ -55,9 +68,18 @@ void encode_position(const PositionRecord& record, std::string& out) {
   const std::size_t count =
       std::min<std::size_t>(record.channels.size(), static_cast<std::size_t>(kMaxWireChannels));
   p.channel_count = static_cast<std::uint8_t>(count);
+  p.flags = record.has_operation ? kHasOperation : 0;
   out.append(reinterpret_cast<const char*>(&p), sizeof p);
   if (count > 0) {
     out.append(reinterpret_cast<const char*>(record.channels.data()), count * sizeof(WireChannel));
+  }
+  if (!record.has_operation) return;
+  WireOperation o = record.operation;
+  const std::size_t peers = peers_on_wire(record);
+  o.peer_count = static_cast<std::uint8_t>(peers);
+  out.append(reinterpret_cast<const char*>(&o), sizeof o);
+  if (peers > 0) {
+    out.append(reinterpret_cast<const char*>(record.peers.data()), peers * sizeof(std::int32_t));
   }
 }
 
@@ -76,8 +98,15 @@ std::vector<PositionRecord> decode_positions(const char* payload, std::size_t si
   while (size - at >= sizeof(WirePosition)) {
     WirePosition p;
     std::memcpy(&p, payload + at, sizeof p);
-    const std::size_t length = sizeof p + p.channel_count * sizeof(WireChannel);
+    std::size_t length = sizeof p + p.channel_count * sizeof(WireChannel);
     if (length > size - at) break;  // malformed: drop the rest
+    WireOperation o;
+    if (p.flags & kHasOperation) {
+      if (length + sizeof o > size - at) break;
+      std::memcpy(&o, payload + at + length, sizeof o);
+      length += sizeof o + o.peer_count * sizeof(std::int32_t);
+      if (o.peer_count > kMaxWirePeers || length > size - at) break;
+    }
     PositionRecord r;
     r.rank = static_cast<int>(p.rank);
     r.version = p.version;
@@ -88,6 +117,15 @@ std::vector<PositionRecord> decode_positions(const char* payload, std::size_t si
     if (p.channel_count > 0) {
       std::memcpy(r.channels.data(), payload + at + sizeof p,
                   p.channel_count * sizeof(WireChannel));
+    }
+    if (p.flags & kHasOperation) {
+      r.has_operation = true;
+      r.operation = o;
+      r.peers.resize(o.peer_count);
+      if (o.peer_count > 0) {
+        std::memcpy(r.peers.data(), payload + at + length - o.peer_count * sizeof(std::int32_t),
+                    o.peer_count * sizeof(std::int32_t));
+      }
     }
     out.push_back(std::move(r));
     at += length;

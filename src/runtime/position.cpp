@@ -105,6 +105,10 @@ void set_position_listener(void (*listener)()) {
   g_listener.store(listener, std::memory_order_release);
 }
 
+void notify_position_listener() {
+  moved();
+}
+
 PhaseScope::PhaseScope(Phase phase) : previous_(position::phase()) {
   position::set_phase(phase);
 }
@@ -170,6 +174,9 @@ Channel* channel(const std::string& group, const std::string& plane, MPI_Comm co
   MPI_Group_free(&mine);
   MPI_Group_free(&world);
   auto made = std::make_unique<Channel>(group, plane, std::move(world_ranks));
+  // The name as a code a position can carry (operation_tracker.hpp): every rank names its
+  // channels alike, so another rank's "dp" reads as "dp" here.
+  op_code(made->name().c_str());
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& c : r.channels) {

@@ -8,5 +8,8 @@ namespace hpctrain::runtime {
 /// completed. It runs on the thread that moved, so it must be cheap and must not block; nullptr:
 /// none. Local, thread-safe.
 void set_position_listener(void (*listener)());
+/// Calls the listener: this rank moved in a way the counters of position.hpp do not show (an
+/// operation entered or left: operation_tracker.hpp). Local, lock-free.
+void notify_position_listener();
 
 }  // namespace hpctrain::runtime

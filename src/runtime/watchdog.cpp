@@ -113,14 +113,16 @@ bool any_silent(const std::vector<int>& peers, const std::vector<RankPosition>& 
           format_bytes(static_cast<double>(slot.bytes)), detail, ") has not completed after ",
           format_seconds(waited), " (timeout ", format_seconds(timeout_s), ")");
   std::string summary = text;
-  if (slot.channel != nullptr && PeerMonitor::running()) {
+  if ((slot.channel != nullptr || !slot.peers.empty()) && PeerMonitor::running()) {
+    // A collective, or a point-to-point batch (channel 0: not numbered, it waits for its peers);
+    // a member that waits in turn is followed to the rank that holds them all up.
     WaitingCollective w;
     w.world_rank = world_rank;
     w.host = host;
     w.group = slot.group;
-    w.channel = slot.channel->name();
-    w.channel_id = slot.channel->id();
-    w.members = slot.channel->members();
+    w.channel = slot.channel ? slot.channel->name() : std::string(slot.group);
+    w.channel_id = slot.channel ? slot.channel->id() : 0;
+    w.members = slot.channel ? slot.channel->members() : slot.peers;
     w.seq = slot.seq;
     w.op = slot.operation;
     w.waited_s = waited;
@@ -128,21 +130,6 @@ bool any_silent(const std::vector<int>& peers, const std::vector<RankPosition>& 
     const HangAttribution attribution = attribute_hang(w, PeerMonitor::positions());
     text += ". " + attribution.text;
     summary = attribution.text;
-  } else if (!slot.peers.empty() && PeerMonitor::running()) {
-    // Point-to-point: where the peers are (not numbered, so no operation to compare).
-    const std::vector<RankPosition> positions = PeerMonitor::positions();
-    std::string where;
-    for (int peer : slot.peers) {
-      for (const RankPosition& p : positions) {
-        if (p.world_rank == peer) where += str(where.empty() ? "" : "; ", describe_position(p));
-      }
-    }
-    if (!where.empty()) {
-      // The waiting rank's own step, to read the peers' steps against.
-      const std::string at = str(" at step ", position::step(), " on rank ", world_rank);
-      text += at + ". Its peers: " + where;
-      summary += at + ". Its peers: " + where;
-    }
   } else if (slot.channel != nullptr && PeerMonitor::timeout() <= 0) {
     const std::string why = PeerMonitor::off_reason();
     text += str(". Which rank it waits for is unknown: the peer monitor is off",

@@ -25,8 +25,9 @@ class Runtime;
 /// directory (docs/CHECKPOINTS.md, "What a crash leaves").
 ///
 /// The heartbeat also carries each rank's position (position.hpp: step, phase, per channel the
-/// last collective entered and completed), passed along the ring in both directions, so every
-/// rank knows every other rank's latest position (a record of 24 + 16 bytes per active channel
+/// last collective entered and completed; and the operation it waits in, with its peers),
+/// passed along the ring in both directions, so every rank knows every other rank's latest
+/// position (a record of 24 + 16 bytes per active channel, + 16 and 4 per peer for the operation,
 /// per rank per second; docs/OBSERVABILITY.md gives the measured rate). The lost-rank message
 /// names the lost rank's last position, the watchdog's hang report uses them all, and the ring
 /// carries the few messages that make a hang reported once and every flight file written.

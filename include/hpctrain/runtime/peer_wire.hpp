@@ -52,10 +52,27 @@ struct WireChannel {
 };
 static_assert(sizeof(WireChannel) == 16, "wire format");
 
+/// The operation a position names (hang_attribution.hpp's OperationPosition) on the wire: 16
+/// bytes, then `peer_count` world ranks of 4 bytes each. Names travel as op_code hashes (the
+/// channel's name too: every rank names its channels alike).
+struct WireOperation {
+  std::uint32_t channel_id = 0;  ///< Channel::id(); 0: point-to-point (not numbered)
+  std::uint32_t seq = 0;         ///< low 32 bits of its number on the channel
+  std::uint16_t op = 0;          ///< op_code of the operation
+  std::uint16_t channel = 0;     ///< op_code of the channel's name (point-to-point: the group's)
+  std::uint8_t active = 0;       ///< 1: the rank is in it now; 0: the last one it left
+  std::uint8_t peer_count = 0;
+  std::uint16_t reserved = 0;
+};
+static_assert(sizeof(WireOperation) == 16, "wire format");
+
 constexpr int kMaxWireChannels = 64;
+/// At most this many peers of an operation travel (a collective over more: none).
+constexpr int kMaxWirePeers = 8;
 /// A kPositions payload larger than this is not a message of this job's monitor.
 constexpr std::uint32_t kMaxPayload = 1u << 24;
-/// Bytes of a position record's header (then 16 per channel).
+/// Bytes of a position record's header (then 16 per channel, then 16 and 4 per peer for an
+/// operation).
 constexpr std::size_t kPositionHeaderBytes = 24;
 
 /// One rank's position as the ring carries it (position.hpp: step, phase, channels).
@@ -66,8 +83,11 @@ struct PositionRecord {
   std::uint8_t phase = 0;
   std::uint32_t in_phase_ms = 0;
   std::vector<WireChannel> channels;  ///< at most kMaxWireChannels travel
-  /// Whether `other` is at the same place: step, phase and every channel counter (the version and
-  /// the time in the phase aside). Local.
+  bool has_operation = false;         ///< an operation entered (or left) yet
+  WireOperation operation;            ///< its peer_count is set from `peers` when encoded
+  std::vector<std::int32_t> peers;    ///< the operation's peers; at most kMaxWirePeers travel
+  /// Whether `other` is at the same place: step, phase, every channel counter and the operation
+  /// (the version and the time in the phase aside). Local.
   bool same_place(const PositionRecord& other) const;
 };
 

@@ -102,6 +102,13 @@ TEST(HangAttribution, ARankPastTheNumberIsDesynchronised) {
   const HangAttribution a = attribute_hang(waiting_in(7), positions);
   EXPECT_EQ(a.desynchronised, std::vector<int>{2});
   EXPECT_NE(a.text.find("rank 2 on n2 is ahead, at all_reduce #9"), std::string::npos) << a.text;
+  // Unless a member entered it and fell silent: its part reached rank 2 before it stopped.
+  std::vector<RankPosition> stopped = positions;
+  stopped[3].heard_ago_s = 6;
+  const HangAttribution b = attribute_hang(waiting_in(7), stopped);
+  EXPECT_TRUE(b.desynchronised.empty()) << b.text;
+  EXPECT_EQ(b.silent, std::vector<int>{3});
+  EXPECT_EQ(b.text.find("desynchronised"), std::string::npos) << b.text;
 }
 
 TEST(HangAttribution, ARankThatEnteredAndFellSilentIsNamed) {

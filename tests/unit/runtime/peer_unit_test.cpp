@@ -83,6 +83,68 @@ TEST(PeerWire, SamePlaceIgnoresVersionAndTimeInPhase) {
   EXPECT_FALSE(a.same_place(b));
 }
 
+TEST(PeerWire, AnOperationAndItsPeersTravelWithThePosition) {
+  // A pipeline stage waiting in a point-to-point batch with world ranks 1 and 3, and one that
+  // left a collective: whom a rank waits for, so a hang report can follow the wait.
+  PositionRecord a = record(2, 17, 4, 30);
+  a.has_operation = true;
+  a.operation = WireOperation{0, 0, 901, 902, 1, 0, 0};
+  a.peers = {1, 3};
+  PositionRecord b = record(3, 17, 3, 30);
+  b.has_operation = true;
+  b.operation = WireOperation{77, 30, 5, 903, 0, 0, 0};
+  const PositionRecord c = record(0, 17);  // no operation yet
+  const std::string bytes = encode_positions(2, kToken, {a, b, c});
+  EXPECT_EQ(bytes.size(), sizeof(Message) + 3 * kPositionHeaderBytes + 2 * sizeof(WireChannel) +
+                              2 * sizeof(WireOperation) + 2 * sizeof(std::int32_t));
+  const auto got = messages(bytes);
+  ASSERT_EQ(got.size(), 1u);
+  const auto records = decode_positions(got[0].second.data(), got[0].second.size());
+  ASSERT_EQ(records.size(), 3u);
+  ASSERT_TRUE(records[0].has_operation);
+  EXPECT_EQ(records[0].operation.channel_id, 0u);
+  EXPECT_EQ(records[0].operation.op, 901);
+  EXPECT_EQ(records[0].operation.channel, 902);
+  EXPECT_EQ(records[0].operation.active, 1);
+  EXPECT_EQ(records[0].peers, (std::vector<std::int32_t>{1, 3}));
+  EXPECT_TRUE(records[0].same_place(a));
+  ASSERT_TRUE(records[1].has_operation);
+  EXPECT_EQ(records[1].operation.channel_id, 77u);
+  EXPECT_EQ(records[1].operation.seq, 30u);
+  EXPECT_EQ(records[1].operation.active, 0);
+  EXPECT_TRUE(records[1].peers.empty());
+  EXPECT_FALSE(records[2].has_operation);
+  EXPECT_EQ(records[2].rank, 0);
+  // Cut inside the first record's peers: nothing of it is taken.
+  const std::size_t first =
+      kPositionHeaderBytes + sizeof(WireChannel) + sizeof(WireOperation) + 2 * sizeof(std::int32_t);
+  EXPECT_EQ(decode_positions(got[0].second.data(), first - 1).size(), 0u);
+  EXPECT_EQ(decode_positions(got[0].second.data(), first).size(), 1u);
+  // More peers than travel: the first kMaxWirePeers.
+  PositionRecord wide = a;
+  wide.peers.assign(20, 5);
+  std::string payload;
+  encode_position(wide, payload);
+  const auto back = decode_positions(payload.data(), payload.size());
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].peers.size(), static_cast<std::size_t>(kMaxWirePeers));
+}
+
+TEST(PeerWire, EnteringOrLeavingAnOperationIsAMove) {
+  PositionRecord a = record(1, 5, 3, 10);
+  PositionRecord b = a;
+  b.has_operation = true;
+  b.operation.active = 1;
+  EXPECT_FALSE(a.same_place(b));
+  a = b;
+  EXPECT_TRUE(a.same_place(b));
+  b.operation.active = 0;  // left it
+  EXPECT_FALSE(a.same_place(b));
+  b = a;
+  b.peers = {4};
+  EXPECT_FALSE(a.same_place(b));
+}
+
 TEST(PeerWire, FramingSurvivesAnySplitAndSkipsStrangers) {
   std::string stream = encode(make_message(kBeat, 1, kToken));
   stream += encode(make_message(kBeat, 9, 42));  // another job's token: skipped
