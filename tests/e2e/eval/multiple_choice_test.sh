@@ -12,7 +12,8 @@
 #    20 steps from model.init_from with the task in its periodic evaluation: `hpctrain eval
 #    --task multiple-choice` at 1 rank and at tp = 2 chooses, example by example, the endings
 #    scripts/multiple_choice_reference.py --llama chooses on the checkpoint's export, and the
-#    offline evaluation at tp = 2 gives training's val loss and task numbers;
+#    offline evaluation at tp = 2 gives training's val loss and task numbers; int8 and pruned
+#    evaluation at 1 rank compress every linear layer, beside training's float32 loss;
 #  - bad files: exit 3 naming the line and the field.
 source "$(dirname "$0")/../lib.sh"
 fortunes=/usr/share/games/fortunes
@@ -161,6 +162,37 @@ for k in ("examples", "correct", "correct_norm"):
     assert r["tasks"]["fortunes"][k] == ev["tasks"]["fortunes"][k], k
 print(f"llama: offline eval at tp 2 loss {r['loss']:.6f} (training's {ev['loss']:.6f}),",
       f"accuracy {r['accuracy']}, task {r['tasks']['fortunes']['correct']}/60 as training's")
+PY
+
+# int8 and pruned evaluation of the llama at 1 rank: every linear layer (q, k, v, o, gate_up, down
+# of each block, the untied head) int8, the float32 side equal to training's val loss, and a small
+# loss drop that is not zero (the compressed weights are the ones evaluated).
+for c in "q8 --quantize int8" "p30 --prune 0.3"; do
+  read -r name opts <<<"$c"
+  # shellcheck disable=SC2086  # opts: an option and its value
+  expect_exit 0 "$TMP/llama_$name.txt" "$HPCTRAIN_BIN" eval --checkpoint "$lckpt" $opts \
+    --results "$TMP/llama_$name"
+done
+"$PY" - "$TMP/llama_run" "$TMP/llama_q8" "$TMP/llama_p30" <<'PY' || fail "llama: compressed evaluation is wrong"
+import glob, json, sys
+run, q8, p30 = sys.argv[1:]
+[ev] = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if r.get("type") == "eval"]
+for d, kind in ((q8, "int8"), (p30, "prune0.3")):
+    [path] = glob.glob(f"{d}/step_00000020.{kind}.json")
+    r = json.load(open(path))
+    c = r["compression"]
+    assert abs(c["float32"]["loss"] - ev["loss"]) <= 1e-6 * ev["loss"], (c["float32"]["loss"], ev["loss"])
+    drop = c["float32"]["drop"]["loss_relative"]
+    assert drop != 0 and abs(drop) < 0.05, drop
+    layers = {l["layer"]: l for l in c["layers"]}
+    names = [f"blocks.{i}.{n}" for i in range(4) for n in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate_up", "mlp.down")] + ["lm_head"]
+    assert sorted(layers) == sorted(names), sorted(layers)
+    if kind == "int8":
+        assert all(l["int8"] for l in layers.values()), layers
+    else:
+        assert abs(c["sparsity"] - 0.3) < 0.005 and all(l["sparsity"] > 0 for l in layers.values()), c
+    print(f"llama {kind}: loss {r['loss']:.6f}, float32 {c['float32']['loss']:.6f} (training's",
+          f"{ev['loss']:.6f}), relative drop {drop:.5f}, {len(layers)} linear layers")
 PY
 
 # Bad files: one message naming the line and field, exit 3.
