@@ -191,7 +191,9 @@ int run_main(int argc, char** argv) {
     return chosen->run(ctx);
   } catch (const Error& e) {
     if (dynamic_cast<const Agreed*>(&e) != nullptr) {
-      // The same error on every rank: one message, and every rank stops by itself.
+      // The same error on every rank: one message, and every rank stops by itself (quietly if
+      // the launcher ends it first, once a faster rank exited).
+      runtime::note_agreed_exit(e.exit_code());
       if (rt.world_rank() == 0) {
         log::error(clip(e.what(), 8000));
         runtime::write_outcome(e.exit_code(), clip(e.what(), 2000), 0);

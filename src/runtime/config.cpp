@@ -16,6 +16,14 @@
 namespace hpctrain {
 namespace {
 
+// Marks, among the known keys, a key whose value was read as a whole (a map or list): its leaves
+// are not unknown keys. No key contains a space.
+constexpr const char* kReadWhole = " (read whole)";
+
+bool is_whole_marker(const std::string& key) {
+  return key.find(' ') != std::string::npos;
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -208,17 +216,19 @@ void Config::check_unknown_keys() const {
   // documented): HPCTRAIN_CONFIG_KEYS names a file the known keys are appended to.
   if (const char* keys_file = std::getenv("HPCTRAIN_CONFIG_KEYS"); keys_file && *keys_file) {
     std::ofstream out(keys_file, std::ios::app);
-    for (const auto& key : *known_) out << key << "\n";
+    for (const auto& key : *known_) {
+      if (!is_whole_marker(key)) out << key << "\n";
+    }
   }
   std::vector<std::string> leaves;
   collect_leaves(root_, "", leaves);
   std::vector<std::string> problems;
-  // A key read as a whole (a map, get_text_or_list: data.train = {path, format}) covers the
-  // leaves below it.
+  // A value read as a whole (get_text_or_list of a map: data.train = {path, format}) covers the
+  // leaves below it: its reader checks their names. A section read key by key covers none.
   const auto covered = [this](const std::string& leaf) {
     for (std::size_t dot = leaf.find('.'); dot != std::string::npos;
          dot = leaf.find('.', dot + 1)) {
-      if (known_->count(leaf.substr(0, dot))) return true;
+      if (known_->count(leaf.substr(0, dot) + kReadWhole)) return true;
     }
     return known_->count(leaf) > 0;
   };
@@ -227,6 +237,7 @@ void Config::check_unknown_keys() const {
     std::string best;
     std::size_t best_distance = 4;
     for (const auto& known : *known_) {
+      if (is_whole_marker(known)) continue;
       std::size_t d = edit_distance(leaf, known);
       if (d < best_distance) {
         best_distance = d;
@@ -293,6 +304,7 @@ std::string ConfigSection::get_text_or_list(const std::string& key, const std::s
   YAML::Node value = node_[key];
   if (value.IsDefined() && (value.IsSequence() || value.IsMap())) {
     known_->insert(full_key(key));
+    known_->insert(full_key(key) + kReadWhole);  // its fields are the reader's to check
     // A list written as a block (`- a.h5` lines, as docs/DATA.md shows a mixture) keeps its
     // block style in the node, and the emitter follows the node's style over YAML::Flow: the
     // text would be "- a.h5\n- b.h5", a single path. A flow copy emits as one line.

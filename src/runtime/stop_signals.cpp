@@ -15,6 +15,7 @@ volatile std::sig_atomic_t g_exit_mode = 1;  // StopMode::kExit until the step l
 char g_what[64] = "hpctrain";
 volatile std::sig_atomic_t g_abort_rank = -1;  // note_job_abort: the rank that ended the job
 volatile std::sig_atomic_t g_abort_code = 0;
+volatile std::sig_atomic_t g_agreed_code = -1;  // note_agreed_exit: this rank's agreed exit code
 
 // Appends `text` to `buffer` (of `size` bytes, `used` of them filled). Async-signal-safe.
 void append(char* buffer, std::size_t size, std::size_t& used, const char* text) {
@@ -39,6 +40,8 @@ void append_number(char* buffer, std::size_t size, std::size_t& used, long value
 // Ends the process at once: one line on stderr, then _exit (no destructors, no MPI_Finalize: a
 // rank blocked in open(2) of a FIFO or in a collective cannot be unwound). Async-signal-safe.
 [[noreturn]] void exit_now(int signal_number) {
+  // An agreed error is on its way out of every rank, reported once by rank 0: nothing to add.
+  if (g_agreed_code >= 0) ::_exit(g_agreed_code);
   char line[256];
   std::size_t used = 0;
   append(line, sizeof line, used, "[hpctrain] ");
@@ -107,6 +110,10 @@ void note_job_abort(int world_rank, int exit_code) {
   if (g_abort_rank >= 0 || world_rank < 0) return;
   g_abort_code = exit_code;
   g_abort_rank = world_rank;
+}
+
+void note_agreed_exit(int exit_code) {
+  g_agreed_code = exit_code;
 }
 
 const char* signal_name(int signal_number) {

@@ -65,6 +65,36 @@ expect_exit() {
   return 0
 }
 
+# Independent cases run side by side (single-process commands leave the second core idle):
+#   cases_start JOBS; case_run FUNC ARGS...; ...; cases_end
+# case_run runs FUNC ARGS in the background, at most JOBS at once; cases_end waits for all, prints
+# each case's output in the order the cases were given, and adds their failures to this script's.
+# A case must not depend on another's files.
+cases_start() {
+  CASES_JOBS=$1
+  CASES_N=0
+  rm -rf "$TMP/.cases" && mkdir -p "$TMP/.cases"
+}
+case_run() {
+  local i=$CASES_N
+  CASES_N=$((CASES_N + 1))
+  while (($(jobs -pr | wc -l) >= CASES_JOBS)); do wait -n; done
+  (
+    FAILURES=0
+    "$@"
+    echo "$FAILURES" >"$TMP/.cases/$i.failures"
+  ) >"$TMP/.cases/$i.out" 2>&1 &
+}
+cases_end() {
+  wait
+  local i
+  for ((i = 0; i < CASES_N; i++)); do
+    cat "$TMP/.cases/$i.out"
+    # A case that left no count ended early (a signal): it counts as a failure.
+    FAILURES=$((FAILURES + $(cat "$TMP/.cases/$i.failures" 2>/dev/null || echo 1)))
+  done
+}
+
 # expect_grep PATTERN FILE: the file contains the (extended regex) pattern.
 expect_grep() {
   if ! grep -Eq -- "$1" "$2"; then
@@ -74,6 +104,11 @@ expect_grep() {
 }
 
 finish() {
+  # The CPU time of the script and every process it waited for (user and system, children last):
+  # ctest's log then says which tests leave a core idle (scripts/test_times.py reads it).
+  # (times runs in this shell: in a pipeline or $(...) it would count a fresh subshell's.)
+  times >"$TMP/.cpu-times"
+  echo "cpu times: $(tr '\n' ' ' <"$TMP/.cpu-times")"
   if ((FAILURES > 0)); then
     echo "$FAILURES check(s) failed" >&2
     exit 1

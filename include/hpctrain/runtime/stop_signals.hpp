@@ -44,6 +44,11 @@ void clear_stop_request();
 /// code, instead of reporting a stop with nothing to save and 75. The first note stays. Local;
 /// async-signal-safe.
 void note_job_abort(int world_rank, int exit_code);
+/// Notes that this rank is ending with `exit_code` after an error every rank agreed on (an
+/// Agreed error: world rank 0 printed it; cli/main.cpp). A stop signal that then ends this process
+/// at once (the launcher's, once a faster rank exited non-zero) exits with that code and prints
+/// nothing: the job's one message is rank 0's. Local; async-signal-safe.
+void note_agreed_exit(int exit_code);
 /// "SIGUSR1" for 10, etc. Local.
 const char* signal_name(int signal_number);
 

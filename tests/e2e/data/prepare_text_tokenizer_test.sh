@@ -108,7 +108,7 @@ expect_exit 0 "$TMP/train.txt" "$HPCTRAIN_BIN" train -c "$HPCTRAIN_SOURCE_DIR/co
 expect_grep "stopped after step 2: completed" "$TMP/train.txt"
 expect_exit 3 "$TMP/small.txt" "$HPCTRAIN_BIN" train -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" \
   "${common[@]}" --set run.dir="$TMP/run2" --set model.vocab_size=50000
-expect_grep "has a vocabulary of 151669 tokens but model.vocab_size = 50000" "$TMP/small.txt"
+expect_grep "the file.s vocab_size is 151669 but the model has 50000 token ids: set the model.s vocab_size to at least 151669" "$TMP/small.txt"
 expect_exit 2 "$TMP/config.txt" "$HPCTRAIN_BIN" train -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" \
   "${common[@]}" --set run.dir="$TMP/run3" --set data.tokenizer="$TMP/no-such-tokenizer.json"
 expect_grep "data.tokenizer.*is missing" "$TMP/config.txt"

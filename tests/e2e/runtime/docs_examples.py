@@ -80,11 +80,34 @@ def link(target, path):
         os.symlink(target, path)
 
 
+def make_megatron(prefix):
+    """A small Megatron indexed dataset PREFIX.bin + PREFIX.idx (docs/DATA.md's layout): 40000
+    uint16 token ids in two documents of one sequence each."""
+    import struct
+
+    import numpy as np
+
+    os.makedirs(os.path.dirname(prefix) or ".", exist_ok=True)
+    tokens = (np.arange(40000) % 250).astype(np.uint16)
+    lengths = np.array([20000, 20000], np.int32)
+    with open(prefix + ".bin", "wb") as f:
+        f.write(tokens.tobytes())
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QB", 1, 8) + struct.pack("<QQ", 2, 3))
+        f.write(lengths.tobytes() + np.array([0, 40000], np.int64).tobytes())
+        f.write(np.array([0, 1, 2], np.int64).tobytes())
+
+
 def make_data(work, value, train_h5):
     """Creates what a data.train / data.val value names, relative to `work`."""
+    if isinstance(value, dict):
+        value = [value]
     if isinstance(value, list):
         for item in value:
-            make_data(work, item["path"] if isinstance(item, dict) else item, train_h5)
+            if isinstance(item, dict) and item.get("format") == "megatron":
+                make_megatron(os.path.join(work, item["path"]))
+            else:
+                make_data(work, item["path"] if isinstance(item, dict) else item, train_h5)
         return
     if not isinstance(value, str):
         return
@@ -121,24 +144,31 @@ def blocks(source, out, base_config, test_data):
         link(os.path.join(test_data, "fashion-mnist", f"{split}.h5"),
              os.path.join(work, "data", "fashion-mnist", f"{split}.h5"))
     base = top_sections(open(base_config, encoding="utf-8").read())
+    # Token data (a Megatron source) needs a language model: the tiny gpt's sections fill in.
+    lm_base = top_sections(open(os.path.join(os.path.dirname(base_config), "gpt-tiny.yaml"),
+                                encoding="utf-8").read())
     for n, (doc, line, text) in enumerate(config_blocks(source)):
         name = f"{n:02d}"
         tree = yaml.safe_load(text)
+        data = tree.get("data") or {}
+        fill = lm_base if "megatron" in str(data) else base
         with open(os.path.join(out, name + ".yaml"), "w", encoding="utf-8") as f:
             f.write(text)
-        full = text + "".join("\n".join(lines) + "\n" for s, lines in base.items() if s not in tree)
+        full = text + "".join("\n".join(lines) + "\n" for s, lines in fill.items() if s not in tree)
         with open(os.path.join(out, name + ".full.yaml"), "w", encoding="utf-8") as f:
             f.write(full)
         runnable = True
-        data = tree.get("data") or {}
         for key in ("train", "val"):
             if key in data:
                 make_data(work, data[key], train_h5)
         model = tree.get("model") or {}
         if model.get("name") == "torchscript":
             make_torchscript(os.path.join(work, model["file"]))
-        if model.get("name") == "gpt" or model.get("init_from"):
-            runnable = False  # GPT-2's weights and text of its vocabulary: not in the suite
+        if model.get("name") in ("gpt", "llama") or model.get("init_from"):
+            runnable = False  # a language model's weights and text of its vocabulary: not here
+        if "megatron" in str(data) or (tree.get("eval") or {}).get("tasks") or \
+                (tree.get("logging") or {}).get("sample_every"):
+            runnable = False  # token data, tasks and samples need a language model
         print(f"{name}\t{doc}:{line}\t{'run' if runnable else 'plan'}")
 
 

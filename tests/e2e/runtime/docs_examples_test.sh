@@ -13,10 +13,11 @@ export HPCTRAIN_CONFIG_KEYS=$TMP/keys.txt
 
 "${helper[@]}" blocks "$src" "$TMP/blocks" "$src/configs/tiny-mlp.yaml" "$HPCTRAIN_TEST_DATA" \
   >"$TMP/blocks.tsv" || fail "extracting the documented config blocks failed"
-n=0
-while IFS=$'\t' read -r name where mode; do
-  n=$((n + 1))
-  full=$TMP/blocks/$name.full.yaml
+# block_case NAME WHERE MODE: one documented block planned, and trained where MODE is run. Its
+# own keys file: the cases run two at a time.
+block_case() {
+  local name=$1 where=$2 mode=$3 full=$TMP/blocks/$1.full.yaml
+  export HPCTRAIN_CONFIG_KEYS=$TMP/keys-block-$name.txt
   (cd "$TMP/blocks/work" && expect_exit 0 "$TMP/plan-$name.txt" "$HPCTRAIN_BIN" plan -c "$full" \
     --devices 2) ||
     fail "$where: the documented block does not load as a config (above; the file: $full)"
@@ -27,7 +28,14 @@ while IFS=$'\t' read -r name where mode; do
       fail "$where: training on the documented block failed (above; the file: $full)"
   fi
   echo "$where: loads$([[ $mode == run ]] && echo ", trains")"
+}
+cases_start 2
+n=0
+while IFS=$'\t' read -r name where mode; do
+  n=$((n + 1))
+  case_run block_case "$name" "$where" "$mode"
 done <"$TMP/blocks.tsv"
+cases_end
 ((n >= 8)) || fail "only $n config blocks found in the docs"
 # The mixture, written as a block, trained on both of its sources.
 mixture=$(grep -l "weight: 0.7" "$TMP"/blocks/*[0-9].yaml | head -1)
@@ -36,13 +44,18 @@ mixture=$(grep -l "weight: 0.7" "$TMP"/blocks/*[0-9].yaml | head -1)
 # Every shipped config loads too (they are examples as well), and adds the keys it reads; the
 # epoch's size is given, as their data is not the suite's (a TorchScript config gets a model).
 sizes=(--samples 10000 --eval-samples 1000)
-for config in "$src"/configs/*.yaml; do
-  sets=()
+config_case() {  # config_case CONFIG
+  local config=$1 sets=()
+  export HPCTRAIN_CONFIG_KEYS=$TMP/keys-config-$(basename "$config").txt
   grep -q "name: torchscript" "$config" && sets=(--set "model.file=$TMP/blocks/work/my_model.pt")
   # (from the directory that holds data/fashion-mnist: a TorchScript model reads its input's shape)
   (cd "$TMP/blocks/work" && expect_exit 0 "$TMP/plan-$(basename "$config").txt" "$HPCTRAIN_BIN" \
     plan -c "$config" --devices 4 "${sizes[@]}" "${sets[@]}") || fail "shipped config $config"
-done
+}
+cases_start 2
+for config in "$src"/configs/*.yaml; do case_run config_case "$config"; done
+cases_end
+cat "$TMP"/keys-block-*.txt "$TMP"/keys-config-*.txt >>"$TMP/keys.txt" 2>/dev/null
 # Keys read only in some configurations: pipelines, sharding, loss scaling, debug aids.
 expect_exit 0 "$TMP/plan-extra.txt" "$HPCTRAIN_BIN" plan -c "$src/configs/gpt-tiny.yaml" --devices 4 \
   "${sizes[@]}" \

@@ -65,6 +65,30 @@ chmod 000 "$T/bad/locked-dir" "$T/bad/locked-file"
 as_nobody=()
 [[ $(id -u) == 0 ]] && as_nobody=(setpriv --reuid=65534 --regid=65534 --clear-groups)
 
+# check_case NAME CODE WHAT PATH N WORDS...: one option given one bad path.
+check_case() {
+  local name=$1 code=$2 what=$3 path=$4 n=$5
+  shift 5
+  local words=("$@") runner=()
+  if [[ $what == unreadable ]]; then
+    runner=("${as_nobody[@]}")
+    # A run directory of its own: the earlier variants' (made by root) are not nobody's to write.
+    [[ ${words[0]} == train ]] && words+=(--set "run.dir=$T/nobody-$n")
+  fi
+  local log=$TMP/$n.txt
+  (cd "$T" && HOME=$T timeout -k 5 30 "${runner[@]}" "$HPCTRAIN_BIN" "${words[@]}") >"$log" 2>&1
+  local got=$?
+  if ((got != code)); then
+    fail "$name given a $what ($path): exit $got, expected $code"
+    sed 's/^/    | /' "$log" | tail -5 >&2
+  elif ! grep -qF "$path" "$log"; then
+    fail "$name given a $what: the message does not name $path: $(tail -2 "$log")"
+  fi
+  printf '%-28s %-10s exit %s  %s\n' "$name" "$what" "$got" "$(grep -m1 'error' "$log" | cut -c1-150)"
+}
+
+# Each case is one process: two at a time (the cases share nothing but the inputs made above).
+cases_start 2
 n=0
 for row in "${table[@]}"; do
   IFS='|' read -r name code kind command <<<"$row"
@@ -78,23 +102,9 @@ for row in "${table[@]}"; do
     path=${variant#*:}
     # shellcheck disable=SC2206  # the command is split into words on purpose
     words=(${command//@/$path})
-    runner=()
-    if [[ $what == unreadable ]]; then
-      runner=("${as_nobody[@]}")
-      # A run directory of its own: the earlier variants' (made by root) are not nobody's to write.
-      [[ ${words[0]} == train ]] && words+=(--set "run.dir=$T/nobody-$n")
-    fi
-    log=$TMP/$n.txt
+    case_run check_case "$name" "$code" "$what" "$path" "$n" "${words[@]}"
     n=$((n + 1))
-    (cd "$T" && HOME=$T timeout -k 5 30 "${runner[@]}" "$HPCTRAIN_BIN" "${words[@]}") >"$log" 2>&1
-    got=$?
-    if ((got != code)); then
-      fail "$name given a $what ($path): exit $got, expected $code"
-      sed 's/^/    | /' "$log" | tail -5 >&2
-    elif ! grep -qF "$path" "$log"; then
-      fail "$name given a $what: the message does not name $path: $(tail -2 "$log")"
-    fi
-    printf '%-28s %-10s exit %s  %s\n' "$name" "$what" "$got" "$(grep -m1 'error' "$log" | cut -c1-150)"
   done
 done
+cases_end
 finish

@@ -56,6 +56,22 @@ TEST(Config, UnknownKeysAreNamedWithASuggestion) {
       << message;
 }
 
+// A value read whole (data.train = {path, format}: its reader checks the fields) covers its
+// leaves; a section read key by key covers none of its unread keys.
+TEST(Config, AValueReadWholeCoversItsFieldsASectionDoesNot) {
+  Config c = Config::parse("data:\n  train: {path: web, format: megatron}\n  batchsize: 8\n",
+                           "t.yaml");
+  auto data = c.section("data");
+  EXPECT_NE(data.get_text_or_list("train", "").find("megatron"), std::string::npos);
+  data.get<int>("batch_size", 1);
+  std::string message = error_of([&] { c.check_unknown_keys(); });
+  EXPECT_NE(message.find("unknown key 'data.batchsize' (did you mean 'data.batch_size'?)"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find("data.train."), std::string::npos) << message;
+  EXPECT_EQ(message.find("read whole"), std::string::npos) << message;
+}
+
 TEST(Config, WrongTypesNameTheKey) {
   Config c = Config::parse("data:\n  batch_size: many\n  shuffle: yes\n  steps: 3.5\n", "t.yaml");
   auto data = c.section("data");

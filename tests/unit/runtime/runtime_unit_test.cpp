@@ -95,6 +95,19 @@ TEST(StopSignals, OutsideTheStepLoopASignalExitsAt75) {
   EXPECT_EQ(runtime::stop_mode(), runtime::StopMode::kExit);
 }
 
+// Issue 44: after an error every rank agreed on (rank 0 printed it), the launcher's SIGTERM, sent
+// once a faster rank exited, ends this rank with the agreed code and no second message.
+TEST(StopSignals, AfterAnAgreedErrorASignalExitsQuietlyWithItsCode) {
+  EXPECT_EXIT(
+      {
+        runtime::install_stop_signal_handlers("test");
+        runtime::note_agreed_exit(2);
+        std::raise(SIGTERM);
+        std::_Exit(0);  // not reached
+      },
+      ::testing::ExitedWithCode(2), "^$");
+}
+
 // Issue 12: a watchdog abort cancels pending communicator work (ncclCommAbort) before the job
 // ends: the hooks run, newest first, and one that was removed does not.
 TEST(AbortJob, RunsTheRegisteredHooksFirst) {
