@@ -20,8 +20,8 @@ this wrong would give other logits than hpctrain, which rotates halves and reads
 
 Modes:
   --make-folder DIR --arch llama3|qwen2|qwen3|mistral [--kv-heads N] [--dtype f32|bf16]
-       [--shards N] [--tied] [--seed S]: a tiny random model folder (config.json, weights as
-       model.safetensors or N shards with model.safetensors.index.json); with --from-config
+       [--shards N] [--tied] [--seed S] [--vocab V]: a tiny random model folder (config.json,
+       weights as model.safetensors or N shards with model.safetensors.index.json); with --from-config
        CONFIG, a random folder of the shape of CONFIG's model section (benchmarks)
   --logits DIR --tokens T.npy --out L.npy: float32 logits [B, T, V] of the folder's model
   --generate DIR --prompts P.json --context C [--max-new-tokens N] [--stop-id I]: greedy
