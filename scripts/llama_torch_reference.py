@@ -20,10 +20,14 @@ this wrong would give other logits than hpctrain, which rotates halves and reads
 
 Modes:
   --make-folder DIR --arch llama3|qwen2|qwen3|mistral [--kv-heads N] [--dtype f32|bf16]
-       [--shards N] [--tied] [--seed S]: a tiny random model folder (config.json, weights as
-       model.safetensors or N shards with model.safetensors.index.json); with --from-config
+       [--shards N] [--tied] [--seed S] [--vocab V]: a tiny random model folder (config.json,
+       weights as model.safetensors or N shards with model.safetensors.index.json); with --from-config
        CONFIG, a random folder of the shape of CONFIG's model section (benchmarks)
   --logits DIR --tokens T.npy --out L.npy: float32 logits [B, T, V] of the folder's model
+  --generate DIR --prompts P.json --context C [--max-new-tokens N] [--stop-id I]: greedy
+       continuations (as `hpctrain generate` with model.init_from: DIR and model.seq_len: C), one
+       prompt at a time, the whole sequence through the model for every new token (no cache);
+       P.json: [[token ids of prompt 1], ...]; prints one JSON line per prompt: {"tokens": [...]}
   --train DIR -c CONFIG [--nproc N]: trains from the folder's weights on CONFIG's data, sample
        order and AdamW (as `hpctrain train` does with model.init_from: DIR), DistributedDataParallel
        over gloo; prints one JSON line (losses, tokens/s). --steps overrides run.max_steps,
@@ -235,12 +239,12 @@ class Reference(torch.nn.Module):
 
 
 # ----------------------------------------------------------------------------- tiny folders
-def make_folder(path, arch, kv_heads, dtype, shards, tied, seed, layers=4):
-    """A tiny random model of `arch`: vocabulary 96, width 64, 4 heads of 16 (Qwen3: head_dim 24,
-    so heads * head_dim differs from the width), MLP 96."""
+def make_folder(path, arch, kv_heads, dtype, shards, tied, seed, layers=4, vocab=96):
+    """A tiny random model of `arch`: vocabulary 96 (or `vocab`: 256 reads bytes), width 64, 4
+    heads of 16 (Qwen3: head_dim 24, so heads * head_dim differs from the width), MLP 96."""
     g = torch.Generator().manual_seed(seed)
     hf_arch, model_type = ARCHS[arch]
-    heads, dim, ffn, vocab = 4, 64, 96, 96
+    heads, dim, ffn = 4, 64, 96
     hd = 24 if arch == "qwen3" else dim // heads
     cfg = {
         "architectures": [hf_arch], "model_type": model_type, "vocab_size": vocab,
@@ -355,6 +359,21 @@ def write_folder(path, cfg, state, shards=1):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
+# ----------------------------------------------------------------------------- generation
+def greedy(model, prompt, max_new, context, stops=()):
+    """Greedy continuation of one prompt (a list of ids): the whole sequence through the model for
+    every new token; stops at a stop id (not included), after max_new tokens, or at `context`."""
+    limit = min(max_new, context - len(prompt))
+    out = []
+    with torch.no_grad():
+        while len(out) < limit:
+            nxt = int(model(torch.tensor([prompt + out]))[0, -1].argmax())
+            if nxt in stops:
+                break
+            out.append(nxt)
+    return out
+
+
 # ----------------------------------------------------------------------------- training
 def train_worker(rank, args, port, queue):
     import torch.distributed as dist
@@ -423,6 +442,7 @@ def main():
     p.add_argument("--arch", choices=sorted(ARCHS), default="llama3")
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=96, help="--make-folder: vocabulary size")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--shards", type=int, default=1)
     p.add_argument("--tied", action="store_true")
@@ -430,6 +450,11 @@ def main():
                    help="--make-folder: the shape of CONFIG's model section instead of a tiny one")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--logits", metavar="DIR")
+    p.add_argument("--generate", metavar="DIR")
+    p.add_argument("--prompts", help="--generate: JSON list of prompts, each a list of token ids")
+    p.add_argument("--context", type=int, default=0, help="--generate: the model's context")
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--stop-id", type=int, action="append", default=[])
     p.add_argument("--tokens")
     p.add_argument("--out")
     p.add_argument("--train", metavar="DIR")
@@ -447,13 +472,21 @@ def main():
         make_folder_from_config(args.make_folder, args.from_config, args.seed)
     elif args.make_folder:
         make_folder(args.make_folder, args.arch, args.kv_heads, args.dtype, args.shards, args.tied,
-                    args.seed, args.layers)
+                    args.seed, args.layers, args.vocab)
     elif args.logits:
         cfg, state = read_folder(args.logits)
         model = Reference(cfg, state).eval()
         tokens = torch.from_numpy(np.load(args.tokens).astype(np.int64))
         with torch.no_grad():
             np.save(args.out, model(tokens).numpy())
+    elif args.generate:
+        torch.set_num_threads(args.threads)
+        cfg, state = read_folder(args.generate)
+        model = Reference(cfg, state).eval()
+        context = args.context or cfg["max_position_embeddings"]
+        for prompt in json.load(open(args.prompts)):
+            print(json.dumps({"tokens": greedy(model, prompt, args.max_new_tokens, context,
+                                               set(args.stop_id))}))
     elif args.train:
         import torch.multiprocessing as mp
         with socket.socket() as s:
@@ -465,7 +498,7 @@ def main():
                            start_method="spawn")
         print(json.dumps(queue.get()))
     else:
-        p.error("give --make-folder, --logits or --train")
+        p.error("give --make-folder, --logits, --generate or --train")
 
 
 if __name__ == "__main__":

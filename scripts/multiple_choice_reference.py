@@ -10,6 +10,10 @@ lowest index winning ties. One sequence at a time, no batching or padding: an in
 of hpctrain's batched, padded, distributed scoring. A test reference only.
 
     /usr/bin/python3 scripts/multiple_choice_reference.py --checkpoint RUN_DIR --data set.jsonl
+    /usr/bin/python3 scripts/multiple_choice_reference.py --llama HF_DIR --context 48 --data set.jsonl
+
+--llama reads a llama-family Hugging Face folder through scripts/llama_torch_reference.py's
+Reference instead of a gpt checkpoint (--context: the model.seq_len hpctrain runs it with).
 
 Prints one JSON line: examples, correct, accuracy, correct_norm, accuracy_norm, chosen,
 chosen_norm.
@@ -27,13 +31,24 @@ import gpt_generate_reference  # noqa: E402
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", help="an hpctrain gpt checkpoint or run directory")
+    p.add_argument("--llama", metavar="DIR", help="a llama-family Hugging Face folder")
+    p.add_argument("--context", type=int, default=0, help="--llama: the model's context")
     p.add_argument("--data", required=True)
     p.add_argument("--threads", type=int, default=1)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    model = gpt_generate_reference.load_model(a.checkpoint)
-    context = model.o["seq_len"]
+    if bool(a.checkpoint) == bool(a.llama):
+        p.error("give one of --checkpoint and --llama")
+    if a.llama:
+        import llama_torch_reference
+        model = llama_torch_reference.Reference(*llama_torch_reference.read_folder(a.llama)).eval()
+        if a.context < 1:
+            p.error("--llama needs --context (the model.seq_len hpctrain runs it with)")
+        context = a.context
+    else:
+        model = gpt_generate_reference.load_model(a.checkpoint)
+        context = model.o["seq_len"]
     chosen, chosen_norm, labels = [], [], []
     with torch.no_grad():
         for line in open(a.data, encoding="utf-8"):

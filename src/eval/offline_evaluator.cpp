@@ -287,7 +287,8 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
       const auto tokenizer = data::load_tokenizer(stored->data().tokenizer);
       for (std::size_t i = 0; i < tasks.size(); ++i) {
         task_examples.push_back(data::read_multiple_choice(
-            tasks[i].path, *tokenizer, str("eval.tasks[", i, "].path (", decision.config_origin, ")")));
+            tasks[i].path, *tokenizer,
+            str("eval.tasks[", i, "].path (", decision.config_origin, ")")));
       }
     }
   });
@@ -381,8 +382,8 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     nlohmann::ordered_json tasks = nlohmann::ordered_json::object();
     for (std::size_t i = 0; i < task_examples.size(); ++i) {
       const EvalTask& t = config.eval_tasks()[i];
-      const ChoiceResult r = evaluate_multiple_choice(
-          model, task_examples[i], *env.control.dp, ChoiceOptions{t.batch_size, t.max_examples});
+      const ChoiceResult r = evaluate_multiple_choice(model, task_examples[i], *env.control.dp,
+                                                      ChoiceOptions{t.batch_size, t.max_examples});
       tasks[t.name] = choice_json(r);
       log::info(str("eval step ", decision.step, " task ", t.name, ": ", choice_text(r)));
     }
@@ -436,7 +437,8 @@ Outcome OfflineEvaluator::Impl::run_choice(const std::string& run_dir,
                             " holds a ", task_name(built->task()), " model"));
     }
     if (options.compression.any()) {
-      throw ConfigError("--task multiple-choice evaluates the float32 model: drop --quantize/--prune");
+      throw ConfigError(
+          "--task multiple-choice evaluates the float32 model: drop --quantize/--prune");
     }
     const auto tokenizer = data::load_tokenizer(stored->data().tokenizer);
     examples = data::read_multiple_choice(decision.data_path, *tokenizer, decision.data_key);
@@ -469,6 +471,9 @@ Outcome OfflineEvaluator::Impl::run_choice(const std::string& run_dir,
                                 {"samples_per_s", r.examples_per_second}};
   const nlohmann::ordered_json fields = choice_json(r);
   for (const auto& [k, v] : fields.items()) record[k] = v;
+  // Each example's chosen ending (by sum, by sum per token): the choices behind the accuracy.
+  record["chosen"] = r.chosen;
+  record["chosen_norm"] = r.chosen_norm;
   record["metric"] = "accuracy";
   record["config"] = absolute(decision.config_origin);
   record["hpctrain_version"] = HPCTRAIN_VERSION;
@@ -479,9 +484,9 @@ Outcome OfflineEvaluator::Impl::run_choice(const std::string& run_dir,
                   "): ", choice_text(r), " in ", format_seconds(r.seconds), " (",
                   static_cast<std::int64_t>(r.examples_per_second), " examples/s, batch ",
                   o.batch_size, ") -> ", store.step_file(decision.key),
-                  best.is_null() ? std::string()
-                                 : str("; best accuracy so far: step ",
-                                       best.at("step").get<std::int64_t>())));
+                  best.is_null()
+                      ? std::string()
+                      : str("; best accuracy so far: step ", best.at("step").get<std::int64_t>())));
   });
   return Outcome::kEvaluated;
 }

@@ -43,26 +43,47 @@ RotaryTable::RotaryTable(const LlamaOptions& options) : seq_len_(options.seq_len
   }
 }
 
-torch::Tensor RotaryTable::rotate(const torch::Tensor& x) {
-  if (!cos_.defined() || cos_.device() != x.device() || cos_.scalar_type() != x.scalar_type()) {
-    // Normal tensors even when first built in an inference-mode forward (evaluation): training
-    // saves them for backward, which inference tensors cannot be.
-    c10::InferenceMode normal(false);
-    torch::NoGradGuard no_grad;
-    const auto half = static_cast<std::int64_t>(frequencies_.size());
-    const torch::Tensor w = torch::tensor(frequencies_, torch::kDouble);
-    const torch::Tensor angles =
-        torch::outer(torch::arange(seq_len_, torch::TensorOptions(torch::kDouble)), w);
-    cos_ = angles.cos().to(x.options()).view({seq_len_, half});
-    sin_ = angles.sin().to(x.options()).view({seq_len_, half});
+void RotaryTable::build_tables(const torch::Tensor& like) {
+  if (cos_.defined() && cos_.device() == like.device() &&
+      cos_.scalar_type() == like.scalar_type()) {
+    return;
   }
-  const std::int64_t t = x.size(1);
+  // Normal tensors even when first built in an inference-mode forward (evaluation): training
+  // saves them for backward, which inference tensors cannot be.
+  c10::InferenceMode normal(false);
+  torch::NoGradGuard no_grad;
+  const auto half = static_cast<std::int64_t>(frequencies_.size());
+  const torch::Tensor w = torch::tensor(frequencies_, torch::kDouble);
+  const torch::Tensor angles =
+      torch::outer(torch::arange(seq_len_, torch::TensorOptions(torch::kDouble)), w);
+  cos_ = angles.cos().to(like.options()).view({seq_len_, half});
+  sin_ = angles.sin().to(like.options()).view({seq_len_, half});
+}
+
+torch::Tensor RotaryTable::rotate_with(const torch::Tensor& x, const torch::Tensor& c,
+                                       const torch::Tensor& s) {
   const std::int64_t half = x.size(3) / 2;
-  const torch::Tensor c = cos_.narrow(0, 0, t).view({1, t, 1, half});
-  const torch::Tensor s = sin_.narrow(0, 0, t).view({1, t, 1, half});
   const torch::Tensor x1 = x.narrow(3, 0, half);
   const torch::Tensor x2 = x.narrow(3, half, half);
   return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 3);
+}
+
+torch::Tensor RotaryTable::rotate(const torch::Tensor& x) {
+  build_tables(x);
+  const std::int64_t t = x.size(1);
+  const std::int64_t half = x.size(3) / 2;
+  return rotate_with(x, cos_.narrow(0, 0, t).view({1, t, 1, half}),
+                     sin_.narrow(0, 0, t).view({1, t, 1, half}));
+}
+
+torch::Tensor RotaryTable::rotate_at(const torch::Tensor& x, const torch::Tensor& positions) {
+  build_tables(x);
+  const std::int64_t b = x.size(0);
+  const std::int64_t t = x.size(1);
+  const std::int64_t half = x.size(3) / 2;
+  const torch::Tensor index = positions.flatten().to(cos_.device());
+  return rotate_with(x, cos_.index_select(0, index).view({b, t, 1, half}),
+                     sin_.index_select(0, index).view({b, t, 1, half}));
 }
 
 LlamaAttention::LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp,
@@ -106,9 +127,8 @@ LlamaAttention::LlamaAttention(const LlamaOptions& options, parallel::CommPtr tp
   std::vector<std::int64_t> index;
   // Identity only when this rank holds exactly its query heads' kv heads, one each (a replicated
   // k holds all kv_heads, more than the one query head of a rank at tp = heads).
-  const std::int64_t held_kv =
-      kv_split_ ? options.kv_heads / parallel::tp_size_of(tp_) : options.kv_heads;
-  bool identity = held_kv == local_heads_;
+  held_kv_ = kv_split_ ? options.kv_heads / parallel::tp_size_of(tp_) : options.kv_heads;
+  bool identity = held_kv_ == local_heads_;
   for (std::int64_t j = 0; j < local_heads_; ++j) {
     index.push_back((first_head + j) / group - first_kv);
     identity = identity && index.back() == j;
@@ -140,6 +160,16 @@ torch::Tensor LlamaAttention::project(parallel::ColumnParallelLinear& layer,
                               : torch::linear(x, layer.weight);
 }
 
+void LlamaAttention::group_kv(torch::Tensor& kh, torch::Tensor& vh, std::int64_t dim) {
+  if (!kv_index_.defined()) return;
+  if (kv_index_.device() != kh.device()) {
+    c10::InferenceMode normal(false);
+    kv_index_ = kv_index_.to(kh.device());
+  }
+  kh = kh.index_select(dim, kv_index_);
+  vh = vh.index_select(dim, kv_index_);
+}
+
 torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const std::int64_t batch = x.size(0);
   const std::int64_t t = x.size(1);
@@ -164,14 +194,7 @@ torch::Tensor LlamaAttention::forward(const torch::Tensor& x, const torch::Tenso
   }
   qh = rope_->rotate(qh);
   kh = rope_->rotate(kh);
-  if (kv_index_.defined()) {
-    if (kv_index_.device() != x.device()) {
-      c10::InferenceMode normal(false);
-      kv_index_ = kv_index_.to(x.device());
-    }
-    kh = kh.index_select(2, kv_index_);
-    vh = vh.index_select(2, kv_index_);
-  }
+  group_kv(kh, vh, 2);
   torch::Tensor context =
       causal_attention(qh.transpose(1, 2), kh.transpose(1, 2), vh.transpose(1, 2), mask, kernel_,
                        /*dropout=*/0.0, is_training(), recompute_);

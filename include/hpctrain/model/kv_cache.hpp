@@ -2,7 +2,7 @@
 // Incremental decoding (docs/GENERATE.md): the keys and values of every attention layer for the
 // positions a model has read so far, so each new token costs one position's work instead of the
 // whole sequence's. A language model that decodes incrementally implements IncrementalDecoder
-// beside Model (the gpt does; a Llama family will): make_kv_cache gives a cache, forward_cached
+// beside Model (the gpt and the llama family do): make_kv_cache gives a cache, forward_cached
 // reads and extends it. Nothing in KvCache is specific to one family: a decoder gives each
 // attention layer its index and appends that layer's keys and values; the cache keeps the rows'
 // left padding, and from it the attention mask and the position ids of new tokens.
@@ -24,9 +24,10 @@ class Model;
 
 class KvCache {
  public:
-  /// Room for `capacity` positions of `batch` rows in `layers` attention layers of `heads` heads
-  /// (this rank's heads under tensor parallelism) of `head_dim` values each, as `options` (the
-  /// model's dtype and device). `padding` [batch] (int64, CPU): each row's left padding. Local.
+  /// Room for `capacity` positions of `batch` rows in `layers` attention layers of `heads`
+  /// key/value heads (those this rank computes under tensor parallelism; fewer than the query heads
+  /// under grouped-query attention) of `head_dim` values each, as `options` (the model's dtype and
+  /// device). `padding` [batch] (int64, CPU): each row's left padding. Local.
   KvCache(std::int64_t layers, std::int64_t batch, std::int64_t heads, std::int64_t head_dim,
           std::int64_t capacity, const torch::TensorOptions& options, torch::Tensor padding);
 

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "hpctrain/model/decoder_parts.hpp"
+#include "hpctrain/model/kv_cache.hpp"
 #include "hpctrain/model/model.hpp"
 #include "hpctrain/model/recompute.hpp"
 #include "hpctrain/parallel/tensor_parallel_linear.hpp"
@@ -120,10 +121,16 @@ class RotaryTable {
   /// Rotates the halves of each head of x [B, T, H, hd]: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s).
   /// Local.
   torch::Tensor rotate(const torch::Tensor& x);
+  /// The same rotation at position ids `positions` [B, T] (int64, < seq_len) instead of 0..T-1
+  /// (incremental decoding: a row's new tokens after its cached ones). Local.
+  torch::Tensor rotate_at(const torch::Tensor& x, const torch::Tensor& positions);
   /// The frequencies w_j, j < head_dim / 2, scaling applied (float64). Local.
   const std::vector<double>& frequencies() const { return frequencies_; }
 
  private:
+  void build_tables(const torch::Tensor& like);
+  torch::Tensor rotate_with(const torch::Tensor& x, const torch::Tensor& c, const torch::Tensor& s);
+
   std::vector<double> frequencies_;
   std::int64_t seq_len_;
   torch::Tensor cos_;
@@ -154,6 +161,16 @@ class LlamaAttention : public torch::nn::Module {
                  std::uint64_t seed, std::shared_ptr<RotaryTable> rope);
   /// x [B, T, D] (the same on every tp rank) -> [B, T, D]. Collective over tp.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// Incremental decoding (model/kv_cache.hpp): x [B, t, D] of the positions after
+  /// cache.length(), rotated at `positions` [B, t] (KvCache::positions); appends their keys and
+  /// values (the kv heads this rank holds, before the grouping) as attention layer `layer` and
+  /// attends over every cached position; `mask` is KvCache::mask(t). No backward. Collective
+  /// over tp.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
+                               const torch::Tensor& positions, KvCache& cache, std::int64_t layer);
+  /// The kv heads this rank's k and v projections compute (kv_heads / tp when split, else all of
+  /// them). Local.
+  std::int64_t held_kv_heads() const { return held_kv_; }
   /// The tp split of the split parameters, by name relative to this module (q, o, and k and v
   /// when tp divides kv_heads); the others are replicated. Local.
   std::vector<std::pair<std::string, parallel::TensorShard>> shards() const;
@@ -166,12 +183,15 @@ class LlamaAttention : public torch::nn::Module {
 
  private:
   torch::Tensor project(parallel::ColumnParallelLinear& layer, const torch::Tensor& x);
+  // (k, v) [B, T, kv, hd] grouped for this rank's query heads (kv_index_, when not identity).
+  void group_kv(torch::Tensor& kh, torch::Tensor& vh, std::int64_t dim);
 
   parallel::CommPtr tp_;
   std::shared_ptr<RotaryTable> rope_;
   std::int64_t local_heads_;
   std::int64_t head_dim_;
   bool kv_split_;
+  std::int64_t held_kv_ = 0;
   torch::Tensor kv_index_;  ///< the kv head (local when split, global when replicated) per q head
   AttentionKernel kernel_;
   bool recompute_;
@@ -202,6 +222,10 @@ class LlamaBlock : public torch::nn::Module {
              std::uint64_t seed, std::shared_ptr<RotaryTable> rope);
   /// [B, T, D] -> [B, T, D]. Collective over tp.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& mask);
+  /// The block over the positions after cache.length() (LlamaAttention::forward_cached).
+  /// Collective over tp.
+  torch::Tensor forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
+                               const torch::Tensor& positions, KvCache& cache, std::int64_t layer);
   /// The tp split of the block's split parameters, by name inside the block
   /// ("attn.q.weight"); every other parameter is replicated over tp. Local.
   std::vector<std::pair<std::string, parallel::TensorShard>> shards() const;
@@ -212,8 +236,9 @@ class LlamaBlock : public torch::nn::Module {
   std::shared_ptr<LlamaMlp> mlp;
 };
 
-/// The llama model (see the top of this file).
-class Llama : public Model {
+/// The llama model (see the top of this file); it decodes incrementally (model/kv_cache.hpp,
+/// src/model/llama_decode.cpp).
+class Llama : public Model, public IncrementalDecoder {
  public:
   /// Builds the model for tp group `tp` (null: unsharded) with every weight drawn from (seed,
   /// parameter name), as the gpt does, so any tp and any cut into stages start alike. Throws
@@ -243,6 +268,19 @@ class Llama : public Model {
   double forward_flops_per_sample() const override;
   /// Logical shape and split of every parameter (table at the top of this file). Local.
   ShardInfo shard_info(const std::string& name) const override;
+  /// Incremental decoding of the whole model (not a pipeline stage): a cache of every block's
+  /// keys and values for the kv heads this rank holds. Local.
+  std::unique_ptr<KvCache> make_kv_cache(std::int64_t batch, std::int64_t capacity,
+                                         const torch::Tensor& padding) override;
+  /// Logits of the positions after cache.length(), rotated at their position ids (numbered after
+  /// each row's padding, at most seq_len - 1). Collective over tp.
+  torch::Tensor forward_cached(const torch::Tensor& tokens, KvCache& cache) override;
+  std::int64_t context_length() const override { return options_.seq_len; }
+  /// The vocabulary slices gathered over tp, padding columns dropped. Collective over tp.
+  torch::Tensor full_logits(const torch::Tensor& outputs) override;
+  /// -vocab_parallel_cross_entropy: no rank holds the full logits. Collective over tp.
+  torch::Tensor target_log_probs(const torch::Tensor& outputs,
+                                 const torch::Tensor& targets) override;
 
   const LlamaOptions& options() const { return options_; }
   const parallel::CommPtr& tp() const { return tp_; }

@@ -8,6 +8,12 @@
 #    (step file tagged mc-<name>-<checksum>, results.jsonl) and a rerun skipped;
 #  - eval.tasks: the periodic evaluation records the task in metrics.jsonl ("tasks"), the offline
 #    evaluation of the same checkpoint carries it in its result, with the same numbers;
+#  - the llama family: a tiny random Llama-3 Hugging Face folder (grouped-query attention) trained
+#    20 steps from model.init_from with the task in its periodic evaluation: `hpctrain eval
+#    --task multiple-choice` at 1 rank and at tp = 2 chooses, example by example, the endings
+#    scripts/multiple_choice_reference.py --llama chooses on the checkpoint's export, and the
+#    offline evaluation at tp = 2 gives training's val loss and task numbers; int8 and pruned
+#    evaluation at 1 rank compress every linear layer, beside training's float32 loss;
 #  - bad files: exit 3 naming the line and the field.
 source "$(dirname "$0")/../lib.sh"
 fortunes=/usr/share/games/fortunes
@@ -95,6 +101,98 @@ for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm"):
 assert periodic["examples"] == 60
 print("eval.tasks in metrics.jsonl, in the offline result and --task --max-samples 60 agree:",
       {k: periodic[k] for k in ("correct", "correct_norm")})
+PY
+
+# The llama family: a tiny random Llama-3 Hugging Face folder (byte vocabulary, 4 query heads
+# sharing 2 kv heads) from scripts/llama_torch_reference.py, trained 20 steps from model.init_from
+# on 2 ranks with a periodic evaluation (val loss and the task) and a checkpoint at step 20.
+lref=$HPCTRAIN_SOURCE_DIR/scripts/llama_torch_reference.py
+"$PY" "$lref" --make-folder "$TMP/llama" --arch llama3 --kv-heads 2 --vocab 256 ||
+  fail "writing the llama folder failed"
+cat >"$TMP/llama.yaml" <<EOF
+run: {dir: $TMP/llama_run, seed: 7, max_steps: 20}
+model: {name: llama, seq_len: 64, init_from: $TMP/llama}
+data: {train: $TMP/text/train.h5, val: $TMP/text/val.h5, batch_size: 8}
+optim: {name: adamw, lr: 0.003, weight_decay: 0.1, grad_clip: 1.0}
+schedule: {name: constant, warmup_steps: 0}
+eval: {every_steps: 20, max_samples: 64, batch_size: 16, tasks: $task}
+checkpoint: {every_steps: 20}
+logging: {every_steps: 10, progress: plain}
+EOF
+expect_exit 0 "$TMP/llama_train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train -c "$TMP/llama.yaml" || finish
+expect_grep "eval step 20 task fortunes: accuracy [0-9.]+, accuracy_norm [0-9.]+ \(60 examples\)" \
+  "$TMP/llama_train.txt"
+lckpt=$TMP/llama_run/checkpoints/step_00000020
+# The reference reads the checkpoint exported as a Hugging Face folder (bitwise: e2e_llama_hf).
+expect_exit 0 "$TMP/llama_export.txt" "$HPCTRAIN_BIN" export "$lckpt" --format hf \
+  --out "$TMP/llama_export"
+"$PY" "$HPCTRAIN_SOURCE_DIR/scripts/multiple_choice_reference.py" --llama "$TMP/llama_export" \
+  --context 64 --data "$TMP/set.jsonl" >"$TMP/llama_ref.json" || fail "the llama reference failed"
+for launch in "1" "2 --tp 2"; do
+  np=${launch%% *}
+  extra=()
+  [[ $launch == *--tp* ]] && extra=(--tp 2)
+  name=llama_np${np}${extra[*]:+_tp2}
+  expect_exit 0 "$TMP/mc_$name.txt" mpirun_np "$np" "$HPCTRAIN_BIN" eval --checkpoint "$lckpt" \
+    --task multiple-choice "$TMP/set.jsonl" --results "$TMP/res_$name" --batch-size 7 \
+    "${extra[@]}" || continue
+  "$PY" - "$TMP/res_$name" "$TMP/llama_ref.json" <<'PY' || fail "$name: not the reference's choices"
+import glob, json, sys
+[path] = glob.glob(f"{sys.argv[1]}/step_00000020.mc-set-*.json")
+r = json.load(open(path))
+ref = json.load(open(sys.argv[2]))
+for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm", "chosen", "chosen_norm"):
+    assert r[k] == ref[k], (k, r[k], ref[k])
+print(path.split("/")[-1], "llama: the reference's chosen endings for all 200 examples, accuracy",
+      f"{r['accuracy']}, accuracy_norm {r['accuracy_norm']}; grid {r['grid']}")
+PY
+done
+# The offline evaluation of the checkpoint (val loss, the task) equals the periodic one of step 20.
+expect_exit 0 "$TMP/llama_offline.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$lckpt" \
+  --tp 2 --results "$TMP/llama_offline"
+"$PY" - "$TMP/llama_run" "$TMP/llama_offline" <<'PY' || fail "llama: offline evaluation differs from training's"
+import json, sys
+run, offline = sys.argv[1:]
+[ev] = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if r.get("type") == "eval"]
+r = json.load(open(f"{offline}/step_00000020.json"))
+assert ev["step"] == 20 and r["samples"] == ev["samples"] == 64, (ev, r)
+assert abs(r["loss"] - ev["loss"]) <= 1e-6 * abs(ev["loss"]), (r["loss"], ev["loss"])
+assert r["accuracy"] == ev["accuracy"], (r["accuracy"], ev["accuracy"])
+for k in ("examples", "correct", "correct_norm"):
+    assert r["tasks"]["fortunes"][k] == ev["tasks"]["fortunes"][k], k
+print(f"llama: offline eval at tp 2 loss {r['loss']:.6f} (training's {ev['loss']:.6f}),",
+      f"accuracy {r['accuracy']}, task {r['tasks']['fortunes']['correct']}/60 as training's")
+PY
+
+# int8 and pruned evaluation of the llama at 1 rank: every linear layer (q, k, v, o, gate_up, down
+# of each block, the untied head) int8, the float32 side equal to training's val loss, and a small
+# loss drop that is not zero (the compressed weights are the ones evaluated).
+for c in "q8 --quantize int8" "p30 --prune 0.3"; do
+  read -r name opts <<<"$c"
+  # shellcheck disable=SC2086  # opts: an option and its value
+  expect_exit 0 "$TMP/llama_$name.txt" "$HPCTRAIN_BIN" eval --checkpoint "$lckpt" $opts \
+    --results "$TMP/llama_$name"
+done
+"$PY" - "$TMP/llama_run" "$TMP/llama_q8" "$TMP/llama_p30" <<'PY' || fail "llama: compressed evaluation is wrong"
+import glob, json, sys
+run, q8, p30 = sys.argv[1:]
+[ev] = [r for r in map(json.loads, open(f"{run}/metrics.jsonl")) if r.get("type") == "eval"]
+for d, kind in ((q8, "int8"), (p30, "prune0.3")):
+    [path] = glob.glob(f"{d}/step_00000020.{kind}.json")
+    r = json.load(open(path))
+    c = r["compression"]
+    assert abs(c["float32"]["loss"] - ev["loss"]) <= 1e-6 * ev["loss"], (c["float32"]["loss"], ev["loss"])
+    drop = c["float32"]["drop"]["loss_relative"]
+    assert drop != 0 and abs(drop) < 0.05, drop
+    layers = {l["layer"]: l for l in c["layers"]}
+    names = [f"blocks.{i}.{n}" for i in range(4) for n in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate_up", "mlp.down")] + ["lm_head"]
+    assert sorted(layers) == sorted(names), sorted(layers)
+    if kind == "int8":
+        assert all(l["int8"] for l in layers.values()), layers
+    else:
+        assert abs(c["sparsity"] - 0.3) < 0.005 and all(l["sparsity"] > 0 for l in layers.values()), c
+    print(f"llama {kind}: loss {r['loss']:.6f}, float32 {c['float32']['loss']:.6f} (training's",
+          f"{ev['loss']:.6f}), relative drop {drop:.5f}, {len(layers)} linear layers")
 PY
 
 # Bad files: one message naming the line and field, exit 3.

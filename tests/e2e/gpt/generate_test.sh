@@ -10,7 +10,10 @@
 #  - a stop token ends a continuation before it;
 #  - logging.sample_every prints a greedy sample, records it in metrics.jsonl (equal to
 #    generate's from the checkpoint of that step) and writes it to TensorBoard as text;
-#  - bad options are exit 2, a prompt longer than the context exit 3.
+#  - bad options are exit 2, a prompt longer than the context exit 3;
+#  - the llama family (tiny random Hugging Face folders of Llama-3 with grouped-query attention,
+#    Qwen3 and Qwen2 with one kv head): greedy continuations equal scripts/llama_torch_reference.py's
+#    greedy loop, with and without the KV cache, at tp = 1 and 2.
 source "$(dirname "$0")/../lib.sh"
 ref=("$PY" "$HPCTRAIN_SOURCE_DIR/scripts/gpt_generate_reference.py")
 fortunes=/usr/share/games/fortunes
@@ -42,9 +45,10 @@ for cache in "" --no-cache; do
 done
 cmp -s "$TMP/ref.jsonl" "$TMP/ref--no-cache.jsonl" || fail "the reference's cached and uncached greedy tokens differ"
 
-# same_as_reference LOG: hpctrain's --json lines carry the reference's tokens, prompt by prompt.
+# same_as_reference LOG [REF]: hpctrain's --json lines carry the reference's tokens (REF, default
+# the gpt's), prompt by prompt.
 same_as_reference() {
-  "$PY" - "$1" "$TMP/ref.jsonl" "$TMP/prompts.json" <<'PY' || fail "$1: greedy tokens differ from the PyTorch reference"
+  "$PY" - "$1" "${2:-$TMP/ref.jsonl}" "$TMP/prompts.json" <<'PY' || fail "$1: greedy tokens differ from the PyTorch reference"
 import json, sys
 ours = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{") and "prompt_index" in l]
 ref = [json.loads(l)["tokens"] for l in open(sys.argv[2])]
@@ -129,6 +133,34 @@ data = open(events, "rb").read()
 assert data.count(b"\x0a\x04text") >= 2, "no text-plugin summaries"
 print("samples at steps 15 and 30; step 30's equals hpctrain generate's; TensorBoard text written")
 PY
+
+# The llama family: tiny random Hugging Face folders (byte vocabulary, 4 layers, 4 query heads)
+# from scripts/llama_torch_reference.py, read with model.init_from: Llama-3 with 3.1 rope scaling
+# and grouped-query attention (2 kv heads), Qwen3 (q/k norm, head_dim 24) and Qwen2 (q/k/v bias,
+# one kv head: replicated at tp = 2). Greedy tokens equal the reference's greedy loop (the whole
+# sequence through its model for every token: no cache, adjacent-pair rotation), with hpctrain's
+# KV cache batched (left padding), without it, at tp = 1 and 2.
+llama_ref=("$PY" "$HPCTRAIN_SOURCE_DIR/scripts/llama_torch_reference.py")
+for spec in "llama3 2" "qwen3 2" "qwen2 1"; do
+  read -r arch kv <<<"$spec"
+  "${llama_ref[@]}" --make-folder "$TMP/$arch" --arch "$arch" --kv-heads "$kv" --vocab 256 ||
+    fail "writing the $arch folder failed"
+  "${llama_ref[@]}" --generate "$TMP/$arch" --prompts "$TMP/prompts.json" --context 48 \
+    --max-new-tokens 24 >"$TMP/ref_$arch.jsonl" || fail "the $arch reference failed"
+  printf 'model: {name: llama, seq_len: 48, init_from: %s}\n' "$TMP/$arch" >"$TMP/$arch.yaml"
+  lgen=(generate -c "$TMP/$arch.yaml" --prompts "$TMP/prompts.txt" --max-new-tokens 24 --json)
+  ways=("2 --tp 2 --batch-size 5")
+  [[ $arch != qwen2 ]] && ways+=("1 --batch-size 5")
+  [[ $arch == llama3 ]] && ways+=("1 --no-kv-cache" "2 --tp 2 --no-kv-cache")
+  for way in "${ways[@]}"; do
+    read -r np opts <<<"$way"
+    log=$TMP/gen_${arch}_np${np}${opts// /}.jsonl
+    # shellcheck disable=SC2086  # opts: several options
+    expect_exit 0 "$log" mpirun_np "$np" "$HPCTRAIN_BIN" -q "${lgen[@]}" $opts &&
+      same_as_reference "$log" "$TMP/ref_$arch.jsonl"
+  done
+done
+grep -q '"text"' "$TMP/gen_llama3_np1--batch-size5.jsonl" || fail "no llama continuation text"
 
 # Bad input.
 expect_exit 2 "$TMP/bad_topp.txt" "$HPCTRAIN_BIN" "${gen[@]}" --top-p 0

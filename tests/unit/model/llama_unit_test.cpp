@@ -1,8 +1,8 @@
 // The llama family in one process (no MPI): its rotary frequencies under Llama-3.1's scaling
 // against the three regions of the rule, the model cut into two pipeline stages giving the whole
-// model's logits bit for bit, the parameter count against the plan's shape for GQA / MQA / q/k
-// norm and bias / tied and untied heads, the validation of its keys, and config.json setting and
-// checking them (model/llama_hf.hpp).
+// model's logits bit for bit, cached decoding giving the whole forward pass's logits, the parameter
+// count against the plan's shape for GQA / MQA / q/k norm and bias / tied and untied heads, the
+// validation of its keys, and config.json setting and checking them (model/llama_hf.hpp).
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "hpctrain/model/kv_cache.hpp"
 #include "hpctrain/model/llama.hpp"
 #include "hpctrain/model/llama_hf.hpp"
 #include "hpctrain/plan/compute_plan.hpp"
@@ -78,6 +79,62 @@ TEST(Llama, TwoStagesGiveTheWholeModelsLogits) {
   ASSERT_EQ(second->stage_copies().size(), 1u);
   EXPECT_EQ(second->stage_copies()[0].name, "wte.weight");
   EXPECT_FALSE(second->stage_copies()[0].primary);
+}
+
+// Incremental decoding (model/kv_cache.hpp): a prefill of left-padded prompts, then one token at a
+// time, gives each row the logits the whole forward pass gives that row alone (rotary positions
+// counted after the row's padding, grouped-query attention over the cached kv heads), for GQA
+// with Llama-3.1's rope scaling and for Qwen3's q/k norm and bias with MQA.
+TEST(Llama, CachedDecodingEqualsTheWholeForward) {
+  const char* kGqa =
+      "model: {name: llama, vocab_size: 50, seq_len: 12, layers: 2, width: 16, heads: 4, "
+      "kv_heads: 2, ffn_width: 24, rope_theta: 10000, rope_scaling: llama3, rope_factor: 8, "
+      "rope_original_context: 8, init_std: 0.3, attention: explicit}";
+  std::string qwen3 = kQwen3;  // weights large enough that attention is far from uniform
+  qwen3.replace(qwen3.find("seq_len: 8"), 10, "seq_len: 12");
+  qwen3.replace(qwen3.find("attention:"), 10, "init_std: 0.3, attention:");
+  for (const std::string& yaml : {std::string(kGqa), qwen3}) {
+    auto model = build(yaml);
+    model->eval();
+    auto* decoder = decoder_of(*model);
+    ASSERT_NE(decoder, nullptr) << yaml;
+    EXPECT_EQ(decoder->context_length(), 12);
+    torch::NoGradGuard no_grad;
+    const std::vector<std::vector<std::int64_t>> rows{{3, 17, 5, 40, 22, 9, 31, 8, 14, 2},
+                                                      {11, 6, 49, 27, 1, 36, 13, 20, 4, 45}};
+    const std::vector<std::int64_t> prompt{4, 7};  // row 1 padded by 3 positions
+    const std::int64_t longest = 7;
+    auto cache =
+        decoder->make_kv_cache(2, 10, torch::tensor({longest - prompt[0], longest - prompt[1]}));
+    ASSERT_NE(cache, nullptr);
+    torch::Tensor prefill = torch::zeros({2, longest}, torch::kLong);
+    for (std::size_t b = 0; b < 2; ++b) {
+      const std::int64_t n = prompt[b];
+      prefill[static_cast<std::int64_t>(b)]
+          .narrow(0, longest - n, n)
+          .copy_(torch::tensor(rows[b], torch::kLong).narrow(0, 0, n));
+    }
+    std::vector<torch::Tensor> got{decoder->forward_cached(prefill, *cache)};
+    for (std::int64_t s = 0; s < 3; ++s) {
+      torch::Tensor next = torch::empty({2, 1}, torch::kLong);
+      for (std::size_t b = 0; b < 2; ++b) {
+        next[static_cast<std::int64_t>(b)][0] = rows[b][static_cast<std::size_t>(prompt[b] + s)];
+      }
+      got.push_back(decoder->forward_cached(next, *cache));
+    }
+    EXPECT_EQ(cache->length(), longest + 3);
+    for (std::size_t b = 0; b < 2; ++b) {
+      const std::int64_t n = prompt[b] + 3;
+      const torch::Tensor whole =
+          model->forward(torch::tensor(rows[b], torch::kLong).narrow(0, 0, n).view({1, n}))[0];
+      const auto r = static_cast<std::int64_t>(b);
+      const torch::Tensor mine = torch::cat(
+          {got[0][r].narrow(0, longest - prompt[b], prompt[b]), got[1][r], got[2][r], got[3][r]});
+      EXPECT_TRUE(torch::allclose(mine, whole, 1e-5, 1e-5))
+          << yaml << " row " << b << ": max |difference| "
+          << (mine - whole).abs().max().item<double>();
+    }
+  }
 }
 
 TEST(Llama, ParameterCountAndFlopsMatchThePlansShape) {
