@@ -107,8 +107,8 @@ std::string sample_shape_of(const eval::RunConfig& config, const std::string& di
     }
   }
   throw ConfigError(str("--format onnx of a TorchScript module traces it on one sample of the ",
-                        "run's data, but neither data.train nor data.val of ", dir,
-                        " opens", why.empty() ? std::string() : str(" (", why, ")"),
+                        "run's data, but neither data.train nor data.val of ", dir, " opens",
+                        why.empty() ? std::string() : str(" (", why, ")"),
                         ": export where the data is"));
 }
 

@@ -85,8 +85,9 @@ eval::RunConfig read_config(const GenerateArgs& a, std::string& checkpoint_dir) 
   for (const auto& s : a.overrides) c.set(s);
   eval::RunConfig config(c.dump(), a.config);
   if (config.model().init_from.empty()) {
-    throw ConfigError(str(a.config, ": model.init_from is not set: generate from --checkpoint, or "
-                                    "give the config the weights to start from (model.init_from)"));
+    throw ConfigError(str(a.config,
+                          ": model.init_from is not set: generate from --checkpoint, or "
+                          "give the config the weights to start from (model.init_from)"));
   }
   return config;
 }
@@ -103,8 +104,9 @@ std::vector<std::int64_t> stop_tokens(const GenerateArgs& a, const data::Tokeniz
     }
     const auto encoded = tok.encode(s);
     if (encoded.size() != 1) {
-      throw ConfigError(str("--stop '", s, "' is ", encoded.size(),
-                            " tokens in this tokenizer; a stop token is one token (use --stop-id)"));
+      throw ConfigError(
+          str("--stop '", s, "' is ", encoded.size(),
+              " tokens in this tokenizer; a stop token is one token (use --stop-id)"));
     }
     ids.push_back(encoded.front());
   }
@@ -113,8 +115,8 @@ std::vector<std::int64_t> stop_tokens(const GenerateArgs& a, const data::Tokeniz
   }
   for (auto id : ids) {
     if (id < 0 || id >= vocab) {
-      throw ConfigError(str("stop token id ", id, " is outside the model's vocabulary [0, ", vocab,
-                            ")"));
+      throw ConfigError(
+          str("stop token id ", id, " is outside the model's vocabulary [0, ", vocab, ")"));
     }
   }
   return ids;
@@ -124,12 +126,8 @@ nlohmann::ordered_json continuation_json(const std::string& prompt,
                                          const std::vector<std::int64_t>& prompt_tokens,
                                          std::size_t index, const eval::Continuation& c,
                                          const data::Tokenizer& tok) {
-  return {{"prompt_index", index},
-          {"prompt", prompt},
-          {"prompt_tokens", prompt_tokens},
-          {"text", tok.decode(c.tokens)},
-          {"tokens", c.tokens},
-          {"finish_reason", c.finish_reason}};
+  return {{"prompt_index", index},        {"prompt", prompt},   {"prompt_tokens", prompt_tokens},
+          {"text", tok.decode(c.tokens)}, {"tokens", c.tokens}, {"finish_reason", c.finish_reason}};
 }
 
 int run_generate(CommandContext& ctx, GenerateArgs& a) {
@@ -172,7 +170,8 @@ int run_generate(CommandContext& ctx, GenerateArgs& a) {
       if (length < 1) throw DataError(str("prompt ", i + 1, " has no tokens: give some text"));
       if (context > 0 && length >= context) {
         throw DataError(str("prompt ", i + 1, " has ", length, " tokens; the model reads at most ",
-                            context, " (model.seq_len), leaving no room for a new token: "
+                            context,
+                            " (model.seq_len), leaving no room for a new token: "
                             "shorten it"));
       }
     }
@@ -190,9 +189,10 @@ int run_generate(CommandContext& ctx, GenerateArgs& a) {
     manager.load(*verified, records);
     log::info(str("loaded ", *verified));
   }
-  model->to(session.device.cuda_index >= 0
-                ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(session.device.cuda_index))
-                : torch::Device(torch::kCPU));
+  model->to(
+      session.device.cuda_index >= 0
+          ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(session.device.cuda_index))
+          : torch::Device(torch::kCPU));
 
   // This data-parallel group's prompts: a contiguous block.
   const auto n = static_cast<std::int64_t>(prompts.size());
@@ -263,8 +263,9 @@ const CommandRegistration generate_command = command<GenerateArgs>(
       app.add_option("--set", a.overrides, "Override a config key: --set model.seq_len=256");
       app.add_option("--prompt", a.prompts, "A prompt (repeatable)");
       app.add_option("--prompts", a.prompts_file, "A text file of prompts, one per line");
-      app.add_option("--tokenizer", a.tokenizer,
-                     "Tokenizer (bytes, tokenizer.json, folder, .tiktoken; default data.tokenizer)");
+      app.add_option(
+          "--tokenizer", a.tokenizer,
+          "Tokenizer (bytes, tokenizer.json, folder, .tiktoken; default data.tokenizer)");
       app.add_option("--max-new-tokens", a.options.max_new_tokens,
                      "New tokens per prompt at most (default 64; fewer when the context ends)");
       app.add_option("--temperature", a.options.temperature,

@@ -132,9 +132,10 @@ MegatronIndex parse_index(const MappedFile& idx, const MappedFile& bin, const st
       found += (c >= 32 && c < 127) ? std::string(1, static_cast<char>(c))
                                     : std::string{'\\', 'x', hex[c >> 4], hex[c & 15]};
     }
-    throw DataError(str(where, ": field magic is '", found,
-                        "', expected 'MMIDIDX\\0\\0': not a Megatron indexed dataset index "
-                        "(written by Megatron-LM's preprocess_data.py or its IndexedDatasetBuilder)"));
+    throw DataError(
+        str(where, ": field magic is '", found,
+            "', expected 'MMIDIDX\\0\\0': not a Megatron indexed dataset index "
+            "(written by Megatron-LM's preprocess_data.py or its IndexedDatasetBuilder)"));
   }
   const auto version = load<std::uint64_t>(p + 9);
   if (version != 1) {
@@ -146,9 +147,8 @@ MegatronIndex parse_index(const MappedFile& idx, const MappedFile& bin, const st
   index.type = token_type(code);
   if (index.type.bytes == 0) {
     throw DataError(str(where, ": field dtype code is ", +code,
-                        code == 6 || code == 7
-                            ? " (a floating-point type), not token ids: "
-                            : " (unknown; Megatron's codes are 1-8): ",
+                        code == 6 || code == 7 ? " (a floating-point type), not token ids: "
+                                               : " (unknown; Megatron's codes are 1-8): ",
                         "token files use 1 uint8, 2 int8, 3 int16, 4 int32, 5 int64 or 8 uint16"));
   }
   index.sequences = load<std::uint64_t>(p + 18);
@@ -194,8 +194,9 @@ MegatronIndex parse_index(const MappedFile& idx, const MappedFile& bin, const st
   }
   // Document indices: sequence numbers where documents start, 0 first, the count last.
   if (documents < 1) {
-    throw DataError(str(where, ": field document count is 0; a Megatron index lists at least "
-                               "document_indices[0] = 0"));
+    throw DataError(str(where,
+                        ": field document count is 0; a Megatron index lists at least "
+                        "document_indices[0] = 0"));
   }
   std::uint64_t previous = 0;
   for (std::uint64_t d = 0; d < documents; ++d) {
@@ -205,8 +206,8 @@ MegatronIndex parse_index(const MappedFile& idx, const MappedFile& bin, const st
                      (d + 1 == documents && static_cast<std::uint64_t>(value) != index.sequences);
     if (bad) {
       throw DataError(str(where, ": field document_indices[", d, "] = ", value,
-                          ": document indices rise from 0 to the sequence count (",
-                          index.sequences, "): the index is damaged"));
+                          ": document indices rise from 0 to the sequence count (", index.sequences,
+                          "): the index is damaged"));
     }
     previous = static_cast<std::uint64_t>(value);
   }

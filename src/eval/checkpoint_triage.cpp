@@ -80,8 +80,8 @@ const CheckpointTriage::Digest& CheckpointTriage::digest(const std::string& path
     throw DataError(str(key, " = ", path, " does not exist or is not a regular file",
                         key == "--data" || key.rfind("--task", 0) == 0
                             ? std::string(": check the path")
-                                        : std::string(": run from the directory the training ran "
-                                                      "in (relative paths), or pass --data FILE")));
+                            : std::string(": run from the directory the training ran "
+                                          "in (relative paths), or pass --data FILE")));
   }
   const std::int64_t mtime_ns =
       static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
@@ -180,9 +180,8 @@ CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const st
       add_tag(key.split);
     }
     // Multiple choice counts examples per batch (8 unless --batch-size); no tag for it.
-    const std::string default_batch = options_.choice_file.empty()
-                                          ? std::to_string(config.eval_batch_size())
-                                          : std::string("8");
+    const std::string default_batch =
+        options_.choice_file.empty() ? std::to_string(config.eval_batch_size()) : std::string("8");
     key.batch_size = options_.batch_size.empty() ? default_batch : options_.batch_size;
     if (key.batch_size != default_batch) add_tag("bs" + key.batch_size);
     const std::int64_t default_max = options_.choice_file.empty() ? config.eval_max_samples() : 0;

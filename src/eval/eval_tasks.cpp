@@ -20,8 +20,8 @@ EvalTask read_task(const YAML::Node& item, std::size_t i, const std::string& at)
   for (const auto& field : item) {
     const auto f = field.first.as<std::string>();
     if (std::find(std::begin(kFields), std::end(kFields), f) == std::end(kFields)) {
-      throw ConfigError(
-          str(at, ".", f, ": unknown field of a task (name, type, path, batch_size, max_examples)"));
+      throw ConfigError(str(
+          at, ".", f, ": unknown field of a task (name, type, path, batch_size, max_examples)"));
     }
   }
   EvalTask t;
@@ -40,7 +40,8 @@ EvalTask read_task(const YAML::Node& item, std::size_t i, const std::string& at)
   } catch (const YAML::Exception& e) {
     throw ConfigError(str(at, ": ", e.what()));
   }
-  if (t.batch_size < 1) throw ConfigError(str(at, ".batch_size = ", t.batch_size, ": must be >= 1"));
+  if (t.batch_size < 1)
+    throw ConfigError(str(at, ".batch_size = ", t.batch_size, ": must be >= 1"));
   if (t.max_examples < 0) {
     throw ConfigError(str(at, ".max_examples = ", t.max_examples, ": must be >= 0 (0: all)"));
   }

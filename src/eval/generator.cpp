@@ -1,8 +1,8 @@
 #include "hpctrain/eval/generator.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -92,8 +92,7 @@ torch::Tensor cpu_logits(model::Model& model, const torch::Tensor& outputs) {
 
 // Prefill once (left-padded), then one position per step from the cache.
 void decode_cached(model::Model& model, model::IncrementalDecoder& decoder, model::KvCache& cache,
-                   Rows& rows,
-                   const GenerateOptions& o, at::Generator& gen,
+                   Rows& rows, const GenerateOptions& o, at::Generator& gen,
                    const std::set<std::int64_t>& stops, const torch::Device& device,
                    const std::function<void()>& first_token) {
   const auto batch = static_cast<std::int64_t>(rows.prompts.size());
@@ -105,7 +104,8 @@ void decode_cached(model::Model& model, model::IncrementalDecoder& decoder, mode
     tokens[b].narrow(0, longest - n, n).copy_(torch::tensor(p, torch::kLong));
   }
   torch::Tensor outputs = decoder.forward_cached(tokens.to(device), cache);
-  bool all = take(rows, choose(cpu_logits(model, outputs.select(1, longest - 1)), o, gen), o, stops);
+  bool all =
+      take(rows, choose(cpu_logits(model, outputs.select(1, longest - 1)), o, gen), o, stops);
   first_token();
   while (!all) {
     torch::Tensor step = torch::zeros({batch, 1}, torch::kLong);
@@ -157,7 +157,8 @@ void check_generate_options(const GenerateOptions& o, const std::string& prefix)
   if (!(o.top_p > 0 && o.top_p <= 1)) {
     throw ConfigError(str(prefix, "top-p ", o.top_p, ": must be in (0, 1] (1 = all)"));
   }
-  if (o.batch_size < 1) throw ConfigError(str(prefix, "batch-size ", o.batch_size, ": must be >= 1"));
+  if (o.batch_size < 1)
+    throw ConfigError(str(prefix, "batch-size ", o.batch_size, ": must be >= 1"));
   if (o.max_new_tokens < 0) {
     throw ConfigError(str(prefix, "max-new-tokens ", o.max_new_tokens, ": must be >= 0"));
   }
@@ -174,7 +175,8 @@ Generation generate(model::Model& model, const std::vector<std::vector<std::int6
     if (n < 1) throw DataError(str("prompt ", i + 1, " is empty: it needs at least one token"));
     if (context > 0 && n >= context) {
       throw DataError(str("prompt ", i + 1, " has ", n, " tokens; the model reads at most ",
-                          context, " (model.seq_len), leaving no room for a new token: shorten it"));
+                          context,
+                          " (model.seq_len), leaving no room for a new token: shorten it"));
     }
   }
   const bool was_training = model.is_training();
@@ -192,7 +194,8 @@ Generation generate(model::Model& model, const std::vector<std::vector<std::int6
     torch::InferenceMode inference;
     for (std::size_t first = 0; first < prompts.size();
          first += static_cast<std::size_t>(o.batch_size)) {
-      const std::size_t end = std::min(prompts.size(), first + static_cast<std::size_t>(o.batch_size));
+      const std::size_t end =
+          std::min(prompts.size(), first + static_cast<std::size_t>(o.batch_size));
       Rows rows;
       rows.prompts.assign(prompts.begin() + static_cast<std::ptrdiff_t>(first),
                           prompts.begin() + static_cast<std::ptrdiff_t>(end));
@@ -216,8 +219,8 @@ Generation generate(model::Model& model, const std::vector<std::vector<std::int6
       }
       std::unique_ptr<model::KvCache> cache;
       if (o.use_cache && decoder != nullptr) {
-        torch::Tensor padding = torch::empty({static_cast<std::int64_t>(rows.prompts.size())},
-                                             torch::kLong);
+        torch::Tensor padding =
+            torch::empty({static_cast<std::int64_t>(rows.prompts.size())}, torch::kLong);
         for (std::size_t b = 0; b < rows.prompts.size(); ++b) {
           padding[static_cast<std::int64_t>(b)] =
               longest - static_cast<std::int64_t>(rows.prompts[b].size());

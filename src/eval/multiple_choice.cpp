@@ -65,8 +65,8 @@ void score_batch(model::Model& model, const std::vector<data::ChoiceExample>& ex
     targets[r].narrow(0, 0, len - 1).copy_(all.narrow(0, 1, len - 1));
   }
   const torch::Tensor outputs = model.forward(inputs.to(device));
-  const torch::Tensor logp = model::target_log_probs(model, outputs, targets.to(device))
-                                .to(torch::kCPU, torch::kDouble);
+  const torch::Tensor logp =
+      model::target_log_probs(model, outputs, targets.to(device)).to(torch::kCPU, torch::kDouble);
   const auto acc = logp.accessor<double, 2>();
   // Per example: the best ending by sum and by mean, lowest index on ties.
   std::int64_t r = 0;
@@ -134,15 +134,19 @@ ChoiceResult evaluate_multiple_choice(model::Model& model,
   }
   r.accuracy = n > 0 ? static_cast<double>(r.correct) / static_cast<double>(n) : 0;
   r.accuracy_norm = n > 0 ? static_cast<double>(r.correct_norm) / static_cast<double>(n) : 0;
-  r.seconds = dp.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  r.seconds =
+      dp.max(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   r.examples_per_second = r.seconds > 0 ? static_cast<double>(n) / r.seconds : 0;
   return r;
 }
 
 nlohmann::ordered_json choice_json(const ChoiceResult& r) {
-  return {{"examples", r.examples},     {"correct", r.correct},
-          {"accuracy", r.accuracy},     {"correct_norm", r.correct_norm},
-          {"accuracy_norm", r.accuracy_norm}, {"seconds", r.seconds},
+  return {{"examples", r.examples},
+          {"correct", r.correct},
+          {"accuracy", r.accuracy},
+          {"correct_norm", r.correct_norm},
+          {"accuracy_norm", r.accuracy_norm},
+          {"seconds", r.seconds},
           {"examples_per_s", r.examples_per_second}};
 }
 

@@ -65,15 +65,15 @@ std::string result_table(const std::vector<nlohmann::json>& records,
   out += line;
   for (const auto& r : records) {
     const auto step = r.at("step").get<std::int64_t>();
-    std::snprintf(
-        line, sizeof line, "%c%c%10lld %9lld %12.6f %12.6f %10s %12.0f\n",
-        step == best_step ? '*' : ' ', now.count(step) ? '+' : ' ', static_cast<long long>(step),
-        static_cast<long long>(r.at("samples").get<std::int64_t>()),
-        choice ? r.value("accuracy", 0.0) : r.value("loss", 0.0),
-        choice ? r.value("accuracy_norm", 0.0)
-               : (lm ? r.value("perplexity", 0.0) : r.value("accuracy", 0.0)),
-        format_seconds(r.at("eval_seconds").get<double>()).c_str(),
-        r.at("samples_per_s").get<double>());
+    std::snprintf(line, sizeof line, "%c%c%10lld %9lld %12.6f %12.6f %10s %12.0f\n",
+                  step == best_step ? '*' : ' ', now.count(step) ? '+' : ' ',
+                  static_cast<long long>(step),
+                  static_cast<long long>(r.at("samples").get<std::int64_t>()),
+                  choice ? r.value("accuracy", 0.0) : r.value("loss", 0.0),
+                  choice ? r.value("accuracy_norm", 0.0)
+                         : (lm ? r.value("perplexity", 0.0) : r.value("accuracy", 0.0)),
+                  format_seconds(r.at("eval_seconds").get<double>()).c_str(),
+                  r.at("samples_per_s").get<double>());
     out += line;
   }
   out.pop_back();

@@ -49,7 +49,7 @@ torch::Tensor GptAttention::forward(const torch::Tensor& x, const torch::Tensor&
 }
 
 torch::Tensor GptAttention::forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
-                                          KvCache& cache, std::int64_t layer) {
+                                           KvCache& cache, std::int64_t layer) {
   const std::int64_t batch = x.size(0);
   const std::int64_t t = x.size(1);
   // [3, B, H, t, hd]: q of the new positions; their k and v join the cache.
@@ -58,10 +58,9 @@ torch::Tensor GptAttention::forward_cached(const torch::Tensor& x, const torch::
                                       .permute({2, 0, 3, 1, 4});
   const auto [k, v] = cache.append(layer, qkv_heads[1], qkv_heads[2]);  // [B, H, S, hd]
   // The same function as core(): mask + q k^T / sqrt(hd), softmax, times v.
-  const torch::Tensor scores =
-      torch::matmul(qkv_heads[0], k.transpose(-2, -1))
-          .mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)))
-          .add_(mask);
+  const torch::Tensor scores = torch::matmul(qkv_heads[0], k.transpose(-2, -1))
+                                   .mul_(1.0 / std::sqrt(static_cast<double>(head_dim_)))
+                                   .add_(mask);
   const torch::Tensor context = torch::matmul(torch::softmax(scores, -1), v);  // [B, H, t, hd]
   return int8_or_float(int8_owner, *proj,
                        context.transpose(1, 2).reshape({batch, t, local_heads_ * head_dim_}));
@@ -106,7 +105,7 @@ torch::Tensor GptBlock::forward(const torch::Tensor& x, const torch::Tensor& mas
 }
 
 torch::Tensor GptBlock::forward_cached(const torch::Tensor& x, const torch::Tensor& mask,
-                                      KvCache& cache, std::int64_t layer) {
+                                       KvCache& cache, std::int64_t layer) {
   const torch::Tensor y = torch::add(x, attn->forward_cached(ln1->forward(x), mask, cache, layer));
   return torch::add(y, mlp->forward(ln2->forward(y)));
 }

@@ -54,9 +54,8 @@ torch::Tensor Gpt::forward_cached(const torch::Tensor& tokens, KvCache& cache) {
 }
 
 torch::Tensor Gpt::full_logits(const torch::Tensor& outputs) {
-  const torch::Tensor all = parallel::tp_size_of(tp_) > 1
-                                ? parallel::gather_from_tp_region(outputs, tp_)
-                                : outputs;
+  const torch::Tensor all =
+      parallel::tp_size_of(tp_) > 1 ? parallel::gather_from_tp_region(outputs, tp_) : outputs;
   return all.narrow(-1, 0, options_.vocab_size);
 }
 

@@ -8,9 +8,8 @@
 
 namespace hpctrain::model {
 
-KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t heads,
-                 std::int64_t head_dim, std::int64_t capacity, const torch::TensorOptions& options,
-                 torch::Tensor padding)
+KvCache::KvCache(std::int64_t layers, std::int64_t batch, std::int64_t heads, std::int64_t head_dim,
+                 std::int64_t capacity, const torch::TensorOptions& options, torch::Tensor padding)
     : padding_(std::move(padding)), batch_(batch), capacity_(capacity) {
   if (padding_.numel() != batch || padding_.scalar_type() != torch::kLong) {
     throw Error(str("KvCache: padding must be int64 [", batch, "] (internal error)"));
@@ -27,8 +26,8 @@ std::pair<torch::Tensor, torch::Tensor> KvCache::append(std::int64_t layer, cons
                                                         const torch::Tensor& v) {
   const std::int64_t t = k.size(2);
   if (length_ + t > capacity_) {
-    throw Error(str("KvCache: ", length_, " + ", t, " positions exceed its capacity of ",
-                    capacity_, " (internal error)"));
+    throw Error(str("KvCache: ", length_, " + ", t, " positions exceed its capacity of ", capacity_,
+                    " (internal error)"));
   }
   auto& keys = keys_.at(static_cast<std::size_t>(layer));
   auto& values = values_.at(static_cast<std::size_t>(layer));
@@ -37,7 +36,9 @@ std::pair<torch::Tensor, torch::Tensor> KvCache::append(std::int64_t layer, cons
   return {keys.narrow(2, 0, length_ + t), values.narrow(2, 0, length_ + t)};
 }
 
-void KvCache::advance(std::int64_t t) { length_ += t; }
+void KvCache::advance(std::int64_t t) {
+  length_ += t;
+}
 
 torch::Tensor KvCache::mask(std::int64_t t, const torch::Tensor& like) const {
   const std::int64_t total = length_ + t;
@@ -58,7 +59,6 @@ torch::Tensor KvCache::positions(std::int64_t t, const torch::Device& device) co
   const auto index = torch::arange(length_, length_ + t, torch::kLong).view({1, t});
   return (index - padding_.view({batch_, 1})).clamp_min(0).to(device);
 }
-
 
 IncrementalDecoder* decoder_of(Model& model) {
   return dynamic_cast<IncrementalDecoder*>(&model);

@@ -113,16 +113,14 @@ void RunLog::record(nlohmann::ordered_json object) {
   object["time"] =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   // Text (a sample of a byte-level model) may hold a cut UTF-8 sequence: written replaced.
-  metrics_ << object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
-           << '\n';
+  metrics_ << object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
   metrics_.flush();
   if (tensorboard_ && object.contains("step") && object["step"].is_number_integer()) {
     const auto step = object["step"].get<std::int64_t>();
     tensorboard_->add_scalars(step, tensorboard_scalars(object));
     // A sample (logging.sample_every, docs/GENERATE.md) is text: TensorBoard's text plugin.
     if (object.value("type", "") == "sample") {
-      tensorboard_->add_text(step, "sample",
-                             object.value("prompt", "") + object.value("text", ""));
+      tensorboard_->add_text(step, "sample", object.value("prompt", "") + object.value("text", ""));
     }
   }
 }

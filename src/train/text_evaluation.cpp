@@ -85,9 +85,9 @@ void TextEvaluation::sample(std::int64_t step, model::Model& model, bool cached,
               {"text", text},
               {"tokens", tokens},
               {"seconds", g.seconds}});
-  log.line(str("sample at step ", step, ": ", nlohmann::json(prompt_ + text).dump(
-                                                  -1, ' ', false,
-                                                  nlohmann::json::error_handler_t::replace)));
+  log.line(str("sample at step ", step, ": ",
+               nlohmann::json(prompt_ + text)
+                   .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 nlohmann::ordered_json TextEvaluation::run_tasks(std::int64_t step, model::Model& model,

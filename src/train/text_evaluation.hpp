@@ -32,9 +32,9 @@ class RunLog;
 
 /// logging.sample_every, logging.sample_tokens, logging.sample_prompt (docs/GENERATE.md).
 struct SampleConfig {
-  std::int64_t every = 0;   ///< 0: never
+  std::int64_t every = 0;  ///< 0: never
   std::int64_t tokens = 32;
-  std::string prompt;       ///< "": the tokenizer's end-of-text token, or a newline
+  std::string prompt;  ///< "": the tokenizer's end-of-text token, or a newline
 };
 
 /// Reads and checks the sample keys of the `logging` section (ConfigError naming the key). Local.

@@ -59,8 +59,8 @@ TEST(Config, UnknownKeysAreNamedWithASuggestion) {
 // A value read whole (data.train = {path, format}: its reader checks the fields) covers its
 // leaves; a section read key by key covers none of its unread keys.
 TEST(Config, AValueReadWholeCoversItsFieldsASectionDoesNot) {
-  Config c = Config::parse("data:\n  train: {path: web, format: megatron}\n  batchsize: 8\n",
-                           "t.yaml");
+  Config c =
+      Config::parse("data:\n  train: {path: web, format: megatron}\n  batchsize: 8\n", "t.yaml");
   auto data = c.section("data");
   EXPECT_NE(data.get_text_or_list("train", "").find("megatron"), std::string::npos);
   data.get<int>("batch_size", 1);
