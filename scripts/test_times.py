@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where the test suite's time goes: each test's wall time and, for the end-to-end scripts, the
 CPU time of the script and every process it waited for (tests/e2e/lib.sh prints it at the end),
-read from ctest's log of the last run.
+read from ctest's log of the last run (Testing/Temporary/LastTest.log; e2e_gpu_check_plumbing runs
+ctest itself and replaces that log: select the tests without it, -E gpu_check_plumbing).
 
     scripts/test_times.py [BUILD_DIR] [--top N]
 
