@@ -84,7 +84,7 @@ if start_job stopped HPCTRAIN_PEER_TIMEOUT=120 HPCTRAIN_COLLECTIVE_TIMEOUT=4; th
   # sends and a host agreement (the norm's sum over the stages, the step's end), in that
   # control-plane collective: either names rank 1.
   grep -Eq "collective send_recv on the pp group \([^)]*(recv from|send to) group rank 1 = world rank 1\) has not completed after" "$TMP/stopped.txt" ||
-    expect_grep "collective allreduce \(control\) on the [a-z]+ group .* has not completed after .* waiting [0-9.]+ m?s for [0-9]+ ranks?: rank 1 on " "$TMP/stopped.txt"
+    expect_grep "collective allreduce \(control\) on the [a-z]+ group .* has not completed after .* waiting [0-9.]+ m?s for ([0-9]+ ranks: )?rank 1 on " "$TMP/stopped.txt"
   echo "stopped rank 1: exit $rc ${elapsed}s later: $(grep -o 'collective send_recv on the pp group ([^)]*)' "$TMP/stopped.txt" | head -1)"
 fi
 finish
