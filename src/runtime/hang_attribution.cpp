@@ -232,8 +232,14 @@ HangAttribution attribute_hang(const WaitingCollective& w,
     }
   }
   // Unless a member fell silent inside it: then the others complete as far as its part reached
-  // them before it stopped (a ring or tree all-reduce finishes on some ranks first).
-  for (const auto& [member, text] : out.silent.empty() ? ahead : decltype(ahead){}) {
+  // them before it stopped (a ring or tree all-reduce finishes on some ranks first). Nor in a
+  // rooted collective that a member has not entered: the others may finish their part (a
+  // gather's senders) while the root waits for that member.
+  const std::string op_name = w.op.substr(0, w.op.find(' '));
+  const bool rooted =
+      op_name == "gather" || op_name == "reduce" || op_name == "broadcast" || op_name == "scatter";
+  const bool ahead_is_normal = !out.silent.empty() || (rooted && !out.not_entered.empty());
+  for (const auto& [member, text] : ahead_is_normal ? decltype(ahead){} : ahead) {
     out.desynchronised.push_back(member);
     other.push_back(text);
   }

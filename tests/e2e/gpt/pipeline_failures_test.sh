@@ -61,10 +61,10 @@ if start_job killed; then
     "$TMP/killed/outcome.json" 2>/dev/null)
   [[ $code == 5 && $reason == "lost rank 1"* ]] ||
     fail "killed stage: outcome '$code $reason' (mpirun returned $rc), not 5 naming lost rank 1"
-  # Every other rank ends by itself, none left blocked in a receive from or send to rank 1.
-  for r in 0 2 3; do
-    expect_grep "\[hpctrain r$r/[^]]+\] error: lost rank 1 .*Ending with exit code 5" "$TMP/killed.txt"
-  done
+  # The other ranks end, none left blocked in a receive from or send to rank 1 (the time above),
+  # and say why; the launcher may end the slower ones before they print, once one exited with 5.
+  [[ $(grep -Ec "\[hpctrain r[023]/[^]]+\] error: lost rank 1 .*Ending with exit code 5" "$TMP/killed.txt") -ge 1 ]] ||
+    fail "killed stage: no surviving rank reported lost rank 1: $(tail -5 "$TMP/killed.txt")"
   echo "killed rank 1: the job ended ${elapsed}s later, outcome $code"
 fi
 
