@@ -111,6 +111,23 @@ TEST(HangAttribution, ARankPastTheNumberIsDesynchronised) {
   EXPECT_EQ(b.text.find("desynchronised"), std::string::npos) << b.text;
 }
 
+TEST(HangAttribution, SendersPastARootedCollectiveAreNotDesynchronised) {
+  // Rank 0 roots gather (control) #36; ranks 2 and 3 sent their parts and went on; rank 1 never
+  // entered it. Only rank 1 holds it up (a gather's senders finish before its root).
+  const std::vector<RankPosition> positions{at(0, Phase::kStepEnd, 36, "gather (control)", 35),
+                                            at(1, Phase::kStepEnd, 35, "allreduce (control)", 35),
+                                            at(2, Phase::kStepEnd, 37, "allreduce (control)", 36),
+                                            at(3, Phase::kStepEnd, 37, "allreduce (control)", 36)};
+  const HangAttribution a = attribute_hang(waiting_in(36, "gather (control)"), positions);
+  EXPECT_TRUE(a.desynchronised.empty()) << a.text;
+  EXPECT_EQ(a.not_entered, std::vector<int>{1});
+  EXPECT_EQ(a.text.find("desynchronised"), std::string::npos) << a.text;
+  EXPECT_NE(a.text.find("for rank 1 on n1"), std::string::npos) << a.text;
+  // In an all-reduce nobody finishes without every member: that is a desynchronised program.
+  const HangAttribution b = attribute_hang(waiting_in(36, "allreduce (control)"), positions);
+  EXPECT_EQ(b.desynchronised, (std::vector<int>{2, 3})) << b.text;
+}
+
 TEST(HangAttribution, ARankThatEnteredAndFellSilentIsNamed) {
   // Stopped (SIGSTOP) inside the collective: it entered, but its part never comes.
   const std::vector<RankPosition> positions{
