@@ -117,6 +117,10 @@ with h5py.File(data) as f:
         x = np.stack([t[i * 128:(i + 1) * 128] for i in range(n)])
     else:
         x = (np.arange(256) / 255.0).astype(np.float32)[f["inputs"][:n]]
+        # The exported graph's input rank decides the layout: the mlp takes flat rows.
+        import onnx
+        rank = len(onnx.load(f"{out}/{model}.onnx").graph.input[0].type.tensor_type.shape.dim)
+        x = x.reshape(n, -1) if rank == 2 else x
 x.tofile(f"{out}/{model}.ort-in")
 open(f"{out}/{model}.ort-shape", "w").write(",".join(map(str, x.shape)))
 PY
