@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """torch_reference.py MODEL.pt TRAIN.h5 --ranks R --batch B --steps S --seed SEED --lr LR
-   --out OUT.json [--state OUT_STATE.pt] [--adam torch|hpctrain]
+   --out OUT.json [--state OUT_STATE.pt] [--adam torch|hpctrain|hpctrain,torch]
 
 Trains the scripted module MODEL.pt in plain PyTorch the way hpctrain trains it on R
 data-parallel ranks: global batch s of the sample order of docs/DATA.md (scripts/data_order.py),
@@ -18,6 +18,9 @@ sqrt(v)/sqrt(bc2) instead of sqrt(v)*(1/sqrt(bc2))): 1-ulp differences that norm
 ~1e-7, but that can flip a discrete decision of the network (a ReLU input or a max-pool winner
 within an ulp of its rival) and then grow to ~1e-4 in 20 steps, as they do when oneDNN runs its
 SSE4.1 kernels (docs/MODELS.md).
+
+A comma-separated --adam trains once per optimizer, each from the module as saved, in one process
+(importing torch once); "{adam}" in --out and --state names each one's files.
 """
 import argparse
 import json
@@ -73,27 +76,15 @@ class HpctrainAdam:
                 q.copy_(torch.from_numpy(q.detach().numpy() - step * m / (np.sqrt(v) * inv + eps)))
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("model")
-    p.add_argument("data")
-    p.add_argument("--ranks", type=int, default=1)
-    p.add_argument("--batch", type=int, required=True, help="samples per rank")
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--out", required=True)
-    p.add_argument("--state")
-    p.add_argument("--adam", choices=["torch", "hpctrain"], default="torch")
-    a = p.parse_args()
-    torch.set_num_threads(1)
+def train(a, adam):
+    """One training run from the module as saved, with the optimizer `adam`; writes its files."""
     module = torch.jit.load(a.model)
     module.train()
     buffer_names = [n for n, _ in module.named_buffers()]
     # Every rank starts from rank 0's buffers and then keeps its own.
     rank_buffers = [{n: b.clone() for n, b in module.named_buffers()} for _ in range(a.ranks)]
     params = [q for _, q in module.named_parameters()]
-    opt = torch.optim.Adam(params, lr=a.lr) if a.adam == "torch" else HpctrainAdam(params, a.lr)
+    opt = torch.optim.Adam(params, lr=a.lr) if adam == "torch" else HpctrainAdam(params, a.lr)
     torch.manual_seed(a.seed)
     losses = []
     with h5py.File(a.data, "r") as f:
@@ -122,10 +113,33 @@ def main():
     with torch.no_grad():
         for name, value in rank_buffers[0].items():
             dict(module.named_buffers())[name].copy_(value)
-    with open(a.out, "w") as out:
+    with open(a.out.replace("{adam}", adam), "w") as out:
         json.dump({"losses": losses, "buffers": buffer_names}, out)
     if a.state:
-        torch.save(module.state_dict(), a.state)
+        torch.save(module.state_dict(), a.state.replace("{adam}", adam))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("model")
+    p.add_argument("data")
+    p.add_argument("--ranks", type=int, default=1)
+    p.add_argument("--batch", type=int, required=True, help="samples per rank")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--out", required=True)
+    p.add_argument("--state")
+    p.add_argument("--adam", default="torch", help="torch, hpctrain, or both comma-separated")
+    a = p.parse_args()
+    adams = a.adam.split(",")
+    if not adams or any(x not in ("torch", "hpctrain") for x in adams):
+        p.error(f"--adam {a.adam}: torch, hpctrain or both")
+    if len(adams) > 1 and "{adam}" not in a.out:
+        p.error("several --adam need {adam} in --out (and --state)")
+    torch.set_num_threads(1)
+    for adam in adams:
+        train(a, adam)
 
 
 if __name__ == "__main__":
