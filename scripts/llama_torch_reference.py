@@ -33,6 +33,8 @@ Modes:
        over gloo; prints one JSON line (losses, tokens/s). --steps overrides run.max_steps,
        --global-batch G the sequences of a step (default data.batch_size x nproc).
 
+--each FILE runs each line of FILE as the arguments of one call, in one process.
+
 Needs torch and numpy (yaml and h5py for --train). Not a copy of any library's code.
 """
 import argparse
@@ -436,7 +438,7 @@ def train_worker(rank, args, port, queue):
     dist.destroy_process_group()
 
 
-def main():
+def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--make-folder", metavar="DIR")
     p.add_argument("--arch", choices=sorted(ARCHS), default="llama3")
@@ -467,7 +469,7 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--no-pin", dest="pin", action="store_false")
     p.add_argument("--save", metavar="DIR", help="--train: write the trained weights as a folder")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.make_folder and args.from_config:
         make_folder_from_config(args.make_folder, args.from_config, args.seed)
     elif args.make_folder:
@@ -502,4 +504,12 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--each"]:
+        # --each FILE: each line of FILE is the arguments of one call, all in this process (one
+        # import of torch for many folders or logits).
+        import shlex
+        for line in open(sys.argv[2]):
+            if line.strip():
+                main(shlex.split(line))
+    else:
+        main()

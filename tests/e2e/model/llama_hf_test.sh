@@ -21,17 +21,16 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REF=$HPCTRAIN_SOURCE_DIR/scripts/llama_torch_reference.py
 export OMP_NUM_THREADS=1
 
-make_folder() {  # make_folder DIR ARGS...
-  local dir=$1
-  shift
-  $PY "$REF" --make-folder "$dir" "$@" || fail "writing $dir failed"
-}
-make_folder "$TMP/llama3" --arch llama3 --kv-heads 2
-make_folder "$TMP/qwen2" --arch qwen2 --kv-heads 2
-make_folder "$TMP/qwen3" --arch qwen3 --kv-heads 2
-make_folder "$TMP/mistral" --arch mistral --kv-heads 4
-make_folder "$TMP/mqa" --arch llama3 --kv-heads 1 --tied
-make_folder "$TMP/sharded" --arch llama3 --kv-heads 2 --dtype bf16 --shards 3
+# The folders, in one reference process (--each: one line per call).
+cat >"$TMP/folders.args" <<EOF
+--make-folder $TMP/llama3 --arch llama3 --kv-heads 2
+--make-folder $TMP/qwen2 --arch qwen2 --kv-heads 2
+--make-folder $TMP/qwen3 --arch qwen3 --kv-heads 2
+--make-folder $TMP/mistral --arch mistral --kv-heads 4
+--make-folder $TMP/mqa --arch llama3 --kv-heads 1 --tied
+--make-folder $TMP/sharded --arch llama3 --kv-heads 2 --dtype bf16 --shards 3
+EOF
+$PY "$REF" --each "$TMP/folders.args" || fail "writing the folders failed"
 ls "$TMP/sharded" | grep -c '^model-0000[1-3]-of-00003.safetensors$' | grep -qx 3 ||
   fail "the 3-shard folder does not have 3 shards"
 
@@ -55,9 +54,12 @@ compare() {  # compare A.npy B.bin|B.npy TOL
 }
 
 # --- 1. Logits of every architecture at tp = 1, tp = 2, pp = 2 ---------------------------------
-for arch in llama3 qwen2 qwen3 mistral mqa sharded; do
-  $PY "$REF" --logits "$TMP/$arch" --tokens "$TMP/tokens.npy" --out "$TMP/ref_$arch.npy" ||
-    fail "reference logits of $arch failed"
+archs=(llama3 qwen2 qwen3 mistral mqa sharded)
+for arch in "${archs[@]}"; do
+  echo "--logits $TMP/$arch --tokens $TMP/tokens.npy --out $TMP/ref_$arch.npy"
+done >"$TMP/logits.args"
+$PY "$REF" --each "$TMP/logits.args" || fail "reference logits failed"
+for arch in "${archs[@]}"; do
   config "$arch" "$TMP/$arch"
   for layout in "1 1" "2 1" "1 2"; do
     read -r tp pp <<<"$layout"
