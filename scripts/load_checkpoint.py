@@ -27,15 +27,25 @@ import sys
 
 import h5py
 import numpy as np
-import torch
 
-# How each manifest dtype is stored (see docs/CHECKPOINTS.md): numpy reads all of them directly
-# except bfloat16 (uint16 bits) and bool (uint8).
-TORCH_DTYPES = {
-    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
-    "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
-    "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
-}
+# torch is imported on first use: load_arrays (numpy only) serves callers that only compare values.
+torch = None
+TORCH_DTYPES = {}
+
+
+def import_torch():
+    global torch
+    if torch is None:
+        import torch as torch_module
+        torch = torch_module
+        # How each manifest dtype is stored (see docs/CHECKPOINTS.md): numpy reads all of them
+        # directly except bfloat16 (uint16 bits) and bool (uint8).
+        TORCH_DTYPES.update({
+            "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+            "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
+            "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+        })
+    return torch
 
 
 def checkpoint_dir(path):
@@ -60,6 +70,7 @@ def read_manifest(ckpt):
 
 
 def to_torch(array, dtype):
+    import_torch()
     array = np.asarray(array)  # h5py returns numpy scalars for scalar datasets
     if not array.flags.c_contiguous:
         array = array.copy(order="C")
@@ -70,8 +81,19 @@ def to_torch(array, dtype):
     return torch.from_numpy(array).to(TORCH_DTYPES[dtype])
 
 
-def load_tensors(ckpt, manifest, prefix):
-    """{record name minus prefix: tensor} for the records whose name starts with prefix."""
+def to_numpy(array, dtype):
+    """The stored values as a numpy array: bfloat16 widened exactly to float32, bool as bool."""
+    array = np.asarray(array)
+    if dtype == "bfloat16":
+        return (array.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    if dtype == "bool":
+        return array.astype(np.bool_)
+    return array
+
+
+def load_tensors(ckpt, manifest, prefix, convert=to_torch):
+    """{record name minus prefix: tensor} for the records whose name starts with prefix
+    (`convert(array, dtype)` makes each one: to_torch, or to_numpy)."""
     out = collections.OrderedDict()
     files = {}
     try:
@@ -85,7 +107,7 @@ def load_tensors(ckpt, manifest, prefix):
             dtype = dataset.attrs.get("dtype", entry["dtype"])
             if isinstance(dtype, bytes):
                 dtype = dtype.decode()
-            tensor = to_torch(dataset[()], dtype)
+            tensor = convert(dataset[()], dtype)
             if list(tensor.shape) != entry["shape"]:
                 raise SystemExit(f"{ckpt}/{entry['file']}: {name} has shape {list(tensor.shape)}"
                                  f" but the manifest says {entry['shape']}")
@@ -100,6 +122,12 @@ def load_state_dict(path):
     """The model's state_dict (parameter name -> tensor) of the checkpoint at `path`."""
     ckpt = checkpoint_dir(path)
     return load_tensors(ckpt, read_manifest(ckpt), "model/")
+
+
+def load_arrays(path):
+    """The model's tensors as numpy arrays (no torch import): for comparing checkpoints."""
+    ckpt = checkpoint_dir(path)
+    return load_tensors(ckpt, read_manifest(ckpt), "model/", to_numpy)
 
 
 def load_optimizer_state(path):
@@ -203,6 +231,7 @@ def main():
         if problems:
             return 1
         print("# verified")
+    import_torch()
     state_dict = load_state_dict(ckpt)
     optimizer = load_optimizer_state(ckpt) if args.optimizer else None
     if not args.quiet:

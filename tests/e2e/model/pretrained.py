@@ -26,13 +26,21 @@ import struct
 import sys
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts"))
-import safetensors_io  # noqa: E402
+# torch (and safetensors_io, which needs it) are imported by main() for the commands that use
+# them: `compare` reads numpy arrays only, and the tests call it dozens of times.
+torch = F = safetensors_io = None
+
+
+def import_torch():
+    global torch, F, safetensors_io
+    import torch as torch_module
+    import torch.nn.functional as functional
+    import safetensors_io as io_module
+    torch, F, safetensors_io = torch_module, functional, io_module
 
 VOCAB_ROWS = 60  # rows of the file's embedding: fewer than model.vocab_size (padded on load)
 POSITIONS = 20   # rows of the file's position table: more than model.seq_len (cut on load)
@@ -293,6 +301,8 @@ def main():
     k.add_argument("tol", type=float)
     k.add_argument("--cols", type=int, default=0)
     args = p.parse_args()
+    if args.cmd != "compare":
+        import_torch()
     {"write": write, "gpt2-forward": gpt2_forward_cmd, "check-export": check_export,
      "compare": compare}[args.cmd](args)
 

@@ -5,6 +5,8 @@ Exit 0 when they match, 1 otherwise (printing the largest differences)."""
 import os
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "scripts"))
 import load_checkpoint  # noqa: E402
 
@@ -14,13 +16,16 @@ if "--tol" in args:
     i = args.index("--tol")
     tol = float(args[i + 1])
     del args[i:i + 2]
-a = load_checkpoint.load_state_dict(args[0])
-b = load_checkpoint.load_state_dict(args[1])
+# numpy arrays (bfloat16 widened exactly to float32): no torch import, for a check tests make often.
+a = load_checkpoint.load_arrays(args[0])
+b = load_checkpoint.load_arrays(args[1])
 assert sorted(a) == sorted(b), (sorted(a), sorted(b))
 bad = []
 for name in sorted(a):
-    diff = (a[name].double() - b[name].double()).abs().max().item()
-    same = diff <= tol if tol is not None else bool((a[name] == b[name]).all())
+    x, y = a[name], b[name]
+    assert x.shape == y.shape and x.dtype == y.dtype, (name, x.shape, x.dtype, y.shape, y.dtype)
+    diff = float(np.abs(x.astype(np.float64) - y.astype(np.float64)).max()) if x.size else 0.0
+    same = diff <= tol if tol is not None else bool((x == y).all())
     if not same:
         bad.append((name, diff))
 for name, diff in bad:
