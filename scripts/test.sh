@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 ./scripts/build.sh
 cd "${BUILD_DIR:-build}"
-# Tests run side by side, twice as many processes as cores: measured on 2 cores at -j 2 with every
-# script test exclusive, the processes kept the cores busy 46% of the suite's time (single-process
-# steps, MPI start-up, waits). A test's PROCESSORS is its ranks; tests that wait on timeouts or
-# clocks run alone (RUN_SERIAL, cmake/HpctrainTesting.cmake).
-ctest --output-on-failure -j "${HPCTRAIN_TEST_JOBS:-$((2 * $(nproc)))}" "$@"
+# Tests run side by side, four processes per core: on 2 cores with two tests at a time (-j 4) the
+# script tests used 0.5-0.7 of a core each (MPI start-up, the ranks' waits, process exits), so the
+# cores were half idle. A test's PROCESSORS is its ranks; tests that wait on timeouts or clocks run
+# alone (RUN_SERIAL, cmake/HpctrainTesting.cmake). docs/BENCHMARKS.md, "The test suite", has the
+# measurements.
+ctest --output-on-failure -j "${HPCTRAIN_TEST_JOBS:-$((4 * $(nproc)))}" "$@"
