@@ -408,9 +408,9 @@ def train_worker(rank, args, port, queue):
     total = args.steps or run.get("max_steps", 10)
     seed = run.get("seed", 1234)
     batches = data_order.global_batches(num_samples, g, seed, data.get("shuffle", True), total)
-    losses, ends = [], []
+    losses, ends, cpus = [], [], []
     dist.barrier()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for step in range(total):
         rows = torch.stack([tokens[i * t:i * t + t + 1] for i in batches[step][rank * b:(rank + 1) * b]])
         logits = ddp(rows[:, :-1])
@@ -424,14 +424,21 @@ def train_worker(rank, args, port, queue):
         dist.all_reduce(mean)
         losses.append(mean.item() / args.nproc)
         ends.append(time.perf_counter())
+        cpus.append(time.process_time())
+    # CPU seconds (user + system, every thread of the process) per timed step, mean over ranks: a
+    # cost that other processes on a shared machine inflate far less than the wall time.
+    w = min(args.warmup_steps, total - 1)
+    cpu = torch.tensor([(cpus[-1] - (cpus[w - 1] if w > 0 else cpu_start)) / (total - w)],
+                       dtype=torch.float64)
+    dist.all_reduce(cpu)
     if rank == 0:
-        w = min(args.warmup_steps, total - 1)
         step_time = (ends[-1] - (ends[w - 1] if w > 0 else start)) / (total - w)
         queue.put({"impl": f"pytorch {torch.__version__} DDP gloo", "model": "llama reference",
                    "parameters": sum(p.numel() for p in model.parameters()),
                    "world_size": args.nproc, "threads_per_rank": args.threads, "global_batch": g,
                    "tokens_per_sample": t, "steps": total, "warmup_steps": w,
                    "step_time_s": step_time, "tokens_per_s": g * t / step_time,
+                   "cpu_s_per_step_per_rank": cpu.item() / args.nproc,
                    "train_flops_per_token": model.flops_per_token(t), "losses": losses})
         if args.save:
             write_folder(args.save, hf_cfg, model.hf_state())
