@@ -83,10 +83,10 @@ ref = losses("ref")
 # 1. bf16 against float32. bfloat16 keeps 8 significant bits (unit roundoff 2^-9 = 0.2%): the
 # matmul inputs of both layers, the logits and the gathered weights are rounded, each rounding a
 # relative error of up to 0.2%, partly cancelling over the 64-256 terms of each sum. The losses
-# (about 5.5 at the start, ln 256) then differ by thousandths to hundredths, and 8 AdamW steps at
-# lr 0.003 let the two runs drift apart a little. 0.05 absolute (under 1% of the loss) is several
-# times what the runs show, and well under the loss's fall over the 8 steps (about 1.1): a run
-# that does not train, or trains a different model, fails.
+# (about 5.5 at the start, ln 256) then differ by about 1e-4 relative, and 8 AdamW steps at lr
+# 0.003 let the two runs drift apart a little: the runs show at most 0.0004 (1 rank, tp = 2) and
+# 0.0008 (shard = full, bfloat16 gathers). 0.01 absolute (0.2% of the loss) leaves room for other
+# BLAS builds and is a hundredth of the loss's fall over the 8 steps (about 1.1).
 for run in ("bf16", "bf16_tp2", "bf16_full"):
     got = losses(run)
     if len(got) != 8 or not all(math.isfinite(x) for x in got):
@@ -94,8 +94,8 @@ for run in ("bf16", "bf16_tp2", "bf16_full"):
         continue
     worst = max(abs(a - b) for a, b in zip(got, ref))
     print(f"{run}: max |loss - float32 loss| over 8 steps = {worst:.4f}")
-    if worst > 0.05:
-        bad.append(f"{run}: losses {got} differ from float32's {ref} by {worst:.4f} > 0.05")
+    if worst > 0.01:
+        bad.append(f"{run}: losses {got} differ from float32's {ref} by {worst:.4f} > 0.01")
     if got[-1] >= got[0]:
         bad.append(f"{run}: loss did not fall ({got[0]} -> {got[-1]})")
 # 2. Power-of-two loss scales are exact: scaled runs equal the unscaled ones bit for bit.
@@ -165,5 +165,5 @@ resume tp2_to_dp2 tp2 2 --set data.batch_size=4 --set parallel.shard=optimizer
 resume tp2_to_pp2 tp2 2 --set parallel.pp=2
 resume full_to_tp2 full 2 --set parallel.tp=2
 resume full_to_1 full 1
-expect_grep "written on a dp=1 x pp=1 x tp=2 grid, this run is dp=1 x pp=2 x tp=1" "$TMP/tp2_to_pp2.txt"
+expect_grep "written on a dp=1 x tp=2 grid, this run is dp=1 x pp=2 x tp=1" "$TMP/tp2_to_pp2.txt"
 finish
