@@ -60,24 +60,18 @@ for r in 0 1; do
 done
 expect_grep "step 5 .*loss scale 1024 \(1 skipped\)" "$TMP/over_tp2_1.txt"
 
-$PY - "$TMP" <<'PY' || fail "llama precision or loss scaling results (see above)"
-import json, math, sys
-import h5py, numpy as np
+$PY - "$TMP" "$HPCTRAIN_SOURCE_DIR/tests/e2e/train" <<'PY' || fail "llama precision or loss scaling results (see above)"
+import math, sys
 tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import run_records
+from run_records import same
 def records(run):
-    out = {}
-    for line in open(f"{tmp}/{run}/metrics.jsonl"):
-        r = json.loads(line)
-        if r.get("type") == "train":
-            out[r["step"]] = r
-    return out
+    return run_records.records(f"{tmp}/{run}")
 def losses(run):
     return [r["loss"] for _, r in sorted(records(run).items())]
 def params(run, step=8):
-    with h5py.File(f"{tmp}/{run}/checkpoints/step_{step:08d}/model.h5", "r") as f:
-        return {k: f[k][()] for k in f}
-def same(a, b):
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    return run_records.params(f"{tmp}/{run}", step)
 bad = []
 ref = losses("ref")
 # 1. bf16 against float32. bfloat16 keeps 8 significant bits (unit roundoff 2^-9 = 0.2%): the

@@ -38,22 +38,16 @@ expect_grep "step 6 .*loss scale 1024 \(1 skipped\)" "$TMP/over1.txt"
 expect_exit 0 "$TMP/staged.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" \
   --set "run.dir=$TMP/staged" --set debug.stage_inputs=true
 
-/usr/bin/python3 - "$TMP" <<'PY' || fail "loss scaling results differ (see above)"
+/usr/bin/python3 - "$TMP" "$(dirname "$0")" <<'PY' || fail "loss scaling results differ (see above)"
 import json, sys
-import h5py, numpy as np
 tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import run_records
+from run_records import same
 def records(run):
-    out = {}
-    for line in open(f"{tmp}/{run}/metrics.jsonl"):
-        r = json.loads(line)
-        if r.get("type") == "train":
-            out[r["step"]] = r
-    return out
+    return run_records.records(f"{tmp}/{run}")
 def params(run):
-    with h5py.File(f"{tmp}/{run}/checkpoints/step_00000012/model.h5", "r") as f:
-        return {k: f[k][()] for k in f}
-def same(a, b):
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    return run_records.params(f"{tmp}/{run}", 12)
 bad = []
 plain, scaled = records("plain"), records("scaled")
 if [plain[s]["loss"] for s in plain] != [scaled[s]["loss"] for s in scaled]:
