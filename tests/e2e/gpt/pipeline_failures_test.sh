@@ -82,9 +82,10 @@ if start_job stopped HPCTRAIN_PEER_TIMEOUT=120 HPCTRAIN_COLLECTIVE_TIMEOUT=4; th
   ((elapsed < 60)) || fail "stopped stage: the job took ${elapsed}s to end"
   # Its neighbours wait in a point-to-point exchange with it or, when it stopped between its
   # sends and a host agreement (the norm's sum over the stages, the step's end), in that
-  # control-plane collective: either names rank 1.
+  # control-plane collective: either names rank 1. When rank 1 stopped after giving its part
+  # of an allreduce, rank 0 may complete it and wait in the next one (a gather) instead.
   grep -Eq "collective send_recv on the pp group \([^)]*(recv from|send to) group rank 1 = world rank 1\) has not completed after" "$TMP/stopped.txt" ||
-    expect_grep "collective allreduce \(control\) on the [a-z]+ group .* has not completed after .* waiting [0-9.]+ m?s for ([0-9]+ ranks: )?rank 1 on " "$TMP/stopped.txt"
+    expect_grep "collective (allreduce|gather|broadcast|barrier) \(control\) on the [a-z]+ group .* has not completed after .* waiting [0-9.]+ m?s for ([0-9]+ ranks: )?rank 1 on " "$TMP/stopped.txt"
   echo "stopped rank 1: exit $rc ${elapsed}s later: $(grep -o 'collective send_recv on the pp group ([^)]*)' "$TMP/stopped.txt" | head -1)"
 fi
 finish
