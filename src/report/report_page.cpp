@@ -275,46 +275,18 @@ const char* kScript = R"(<script>
 })();
 </script>)";
 
-}  // namespace
-
-std::string render_report_page(const std::string& run_dir) {
-  const std::string metrics_path = run_dir + "/metrics.jsonl";
-  std::error_code ec;
-  if (!fs::exists(metrics_path, ec) && !fs::exists(run_dir + "/config.yaml", ec)) {
-    throw ConfigError(str(run_dir,
-                          " is not a run directory (neither metrics.jsonl nor config.yaml): pass "
-                          "the run.dir of a training run"));
-  }
-  const std::vector<Json> rows = read_jsonl(metrics_path);
-  const std::vector<Json> offline = read_jsonl(run_dir + "/eval/results.jsonl");
-  Json ledger = Json::parse(read_text(run_dir + "/ledger.json"), nullptr, false);
-  if (ledger.is_discarded() || !ledger.is_object()) ledger = Json::object();
-  const std::string config = read_text(run_dir + "/config.yaml");
-
-  std::string task;
+// The header paragraph: model, grid, and where the run stopped (or that it is in progress).
+std::string run_summary_html(const std::string& run_dir, const std::vector<Json>& rows,
+                             const Json& ledger) {
   std::int64_t last_step = 0;
   std::string end_reason;
   for (const auto& r : rows) {
-    if (r.value("type", "") == "eval" && r.contains("task")) task = r.value("task", "");
     if (r.contains("step") && r["step"].is_number_integer()) {
       last_step = std::max(last_step, r["step"].get<std::int64_t>());
     }
     if (r.value("type", "") == "end") end_reason = r.value("reason", "");
   }
-  if (task.empty() && ledger.contains("model")) task = ledger["model"].value("task", "");
-  // A run's records name its task; one that names none reads as a classifier.
-  const std::optional<Task> kind = task_from_name(task);
-  std::string metric = task.empty() || kind == Task::kClassification ? "accuracy" : "loss";
-  if (kind == Task::kLanguageModel) metric = "perplexity";
-  if (!offline.empty() && offline.back().contains("metric") &&
-      offline.back()["metric"].is_string()) {
-    metric = offline.back()["metric"].get<std::string>();
-  }
-
-  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
-  html += str("<title>hpctrain report: ", escape(run_dir), "</title><style>", kStyle,
-              "</style></head>\n<body><div id=\"tip\"></div>\n");
-  html += str("<h1>hpctrain run ", escape(run_dir), "</h1>\n<p>");
+  std::string html = str("<h1>hpctrain run ", escape(run_dir), "</h1>\n<p>");
   if (ledger.contains("model")) {
     html += str("model ", escape(ledger["model"].value("name", "?")), " (",
                 ledger["model"].value("parameters", 0), " parameters), ");
@@ -326,9 +298,33 @@ std::string render_report_page(const std::string& run_dir) {
   html += end_reason.empty() ? str("<b>in progress</b> (last record at step ", last_step, ")")
                              : str("stopped after step ", last_step, ": ", escape(end_reason));
   html += "</p>\n";
+  return html;
+}
 
-  // Loss and the evaluation metric.
-  html += "<h2>Training and evaluation</h2><div class=\"charts\">\n";
+// The evaluation metric the page charts: the offline evaluations' when they name one, else the
+// one the run's task reports.
+std::string run_metric(const std::vector<Json>& rows, const std::vector<Json>& offline,
+                       const Json& ledger) {
+  std::string task;
+  for (const auto& r : rows) {
+    if (r.value("type", "") == "eval" && r.contains("task")) task = r.value("task", "");
+  }
+  if (task.empty() && ledger.contains("model")) task = ledger["model"].value("task", "");
+  // A run's records name its task; one that names none reads as a classifier.
+  const std::optional<Task> kind = task_from_name(task);
+  std::string metric = task.empty() || kind == Task::kClassification ? "accuracy" : "loss";
+  if (kind == Task::kLanguageModel) metric = "perplexity";
+  if (!offline.empty() && offline.back().contains("metric") &&
+      offline.back()["metric"].is_string()) {
+    metric = offline.back()["metric"].get<std::string>();
+  }
+  return metric;
+}
+
+// Loss and the evaluation metric.
+std::string training_section(const std::vector<Json>& rows, const std::vector<Json>& offline,
+                             const std::string& metric) {
+  std::string html = "<h2>Training and evaluation</h2><div class=\"charts\">\n";
   std::vector<Series> loss{{"train loss", field_series(rows, "train", {"loss"}), kColors[0]},
                            {"eval loss", field_series(rows, "eval", {"loss"}), kColors[1]}};
   html += line_chart("loss", "Loss", "loss", loss);
@@ -355,9 +351,11 @@ std::string render_report_page(const std::string& run_dir) {
                          "diamonds, the best one large)"),
                      metric, evals);
   html += "</div>\n";
+  return html;
+}
 
-  // Throughput.
-  html += "<h2>Throughput</h2><div class=\"charts\">\n";
+std::string throughput_section(const std::vector<Json>& rows) {
+  std::string html = "<h2>Throughput</h2><div class=\"charts\">\n";
   std::vector<Series> speed{
       {"samples/s", field_series(rows, "train", {"samples_per_s"}), kColors[0]}};
   auto tokens = field_series(rows, "train", {"tokens_per_s"});
@@ -371,9 +369,13 @@ std::string render_report_page(const std::string& run_dir) {
                             {"comm time", field_series(rows, "train", {"comm_time"}), kColors[1]}};
   html += line_chart("step_time", "Seconds per step", "seconds", times);
   html += "</div>\n";
+  return html;
+}
 
-  // Stragglers: each rank's compute time per step, interval by interval (train records'
-  // rank_compute_s), the ranks the detector named drawn as markers on their line.
+// Stragglers: each rank's compute time per step, interval by interval (train records'
+// rank_compute_s), the ranks the detector named drawn as markers on their line. Empty when no
+// record carries per-rank times.
+std::string stragglers_section(const std::vector<Json>& rows) {
   std::vector<Series> per_rank;
   for (const auto& r : rows) {
     if (r.value("type", "") != "train" || !r.contains("rank_compute_s") || !r.contains("step") ||
@@ -390,25 +392,27 @@ std::string render_report_page(const std::string& run_dir) {
       }
     }
   }
-  if (!per_rank.empty()) {
-    Series named{"named straggler", {}, "#000000", false, "d"};
-    for (const auto& r : rows) {
-      if (r.value("type", "") == "straggler" && r.value("which", "") == "compute" &&
-          r.contains("step") && r["step"].is_number()) {
-        named.points.emplace_back(r["step"].get<double>(), r.value("seconds_per_step", 0.0));
-      }
+  if (per_rank.empty()) return {};
+  Series named{"named straggler", {}, "#000000", false, "d"};
+  for (const auto& r : rows) {
+    if (r.value("type", "") == "straggler" && r.value("which", "") == "compute" &&
+        r.contains("step") && r["step"].is_number()) {
+      named.points.emplace_back(r["step"].get<double>(), r.value("seconds_per_step", 0.0));
     }
-    if (!named.points.empty()) per_rank.push_back(named);
-    html += "<h2>Stragglers</h2><div class=\"charts\">\n";
-    html += line_chart("rank_compute",
-                       "Compute seconds per step, per rank (the first 16 ranks; named "
-                       "stragglers: diamonds)",
-                       "seconds", per_rank);
-    html += "</div>\n";
   }
+  if (!named.points.empty()) per_rank.push_back(named);
+  std::string html = "<h2>Stragglers</h2><div class=\"charts\">\n";
+  html += line_chart("rank_compute",
+                     "Compute seconds per step, per rank (the first 16 ranks; named "
+                     "stragglers: diamonds)",
+                     "seconds", per_rank);
+  html += "</div>\n";
+  return html;
+}
 
-  // Where the time went, per rank, and what training cost against evaluation.
-  html += "<h2>Compute ledger</h2><div class=\"charts\">\n";
+// Where the time went, per rank, and what training cost against evaluation.
+std::string ledger_section(const Json& ledger) {
+  std::string html = "<h2>Compute ledger</h2><div class=\"charts\">\n";
   const std::vector<std::string> phases{"forward",   "backward", "optimizer", "comm_wait",
                                         "data_wait", "eval",     "checkpoint"};
   std::vector<Bar> ranks;
@@ -442,9 +446,11 @@ std::string render_report_page(const std::string& run_dir) {
                   {{"FLOPs", {f.value("train_total", 0.0), f.value("eval_total", 0.0)}}});
   }
   html += "</div>\n";
+  return html;
+}
 
-  // Memory.
-  html += "<h2>Memory</h2><div class=\"charts\">\n";
+std::string memory_section(const std::vector<Json>& rows, const Json& ledger) {
+  std::string html = "<h2>Memory</h2><div class=\"charts\">\n";
   auto mib = [](std::vector<std::pair<double, double>> points) {
     for (auto& p : points) p.second /= 1048576.0;
     return points;
@@ -470,18 +476,51 @@ std::string render_report_page(const std::string& run_dir) {
   html += bar_chart("memory_peaks", "Peak resident memory per rank (ledger.json)", "MiB",
                     {"peak resident memory"}, peaks);
   html += "</div>\n";
+  return html;
+}
 
-  if (!offline.empty()) {
-    html += "<h2>Offline evaluations</h2><table><tr><th>step</th><th>" + escape(metric) +
-            "</th><th>samples</th><th>checkpoint</th></tr>\n";
-    for (const auto& r : offline) {
-      html += str("<tr><td>", r.value("step", 0), "</td><td>",
-                  r.contains(metric) && r[metric].is_number() ? num(r[metric].get<double>()) : "",
-                  "</td><td>", r.value("samples", 0), "</td><td>",
-                  escape(r.value("checkpoint", "")), "</td></tr>\n");
-    }
-    html += "</table>\n";
+// The table of offline evaluations; empty when there are none.
+std::string offline_table(const std::vector<Json>& offline, const std::string& metric) {
+  if (offline.empty()) return {};
+  std::string html = "<h2>Offline evaluations</h2><table><tr><th>step</th><th>" + escape(metric) +
+                     "</th><th>samples</th><th>checkpoint</th></tr>\n";
+  for (const auto& r : offline) {
+    html += str("<tr><td>", r.value("step", 0), "</td><td>",
+                r.contains(metric) && r[metric].is_number() ? num(r[metric].get<double>()) : "",
+                "</td><td>", r.value("samples", 0), "</td><td>", escape(r.value("checkpoint", "")),
+                "</td></tr>\n");
   }
+  html += "</table>\n";
+  return html;
+}
+
+}  // namespace
+
+std::string render_report_page(const std::string& run_dir) {
+  const std::string metrics_path = run_dir + "/metrics.jsonl";
+  std::error_code ec;
+  if (!fs::exists(metrics_path, ec) && !fs::exists(run_dir + "/config.yaml", ec)) {
+    throw ConfigError(str(run_dir,
+                          " is not a run directory (neither metrics.jsonl nor config.yaml): pass "
+                          "the run.dir of a training run"));
+  }
+  const std::vector<Json> rows = read_jsonl(metrics_path);
+  const std::vector<Json> offline = read_jsonl(run_dir + "/eval/results.jsonl");
+  Json ledger = Json::parse(read_text(run_dir + "/ledger.json"), nullptr, false);
+  if (ledger.is_discarded() || !ledger.is_object()) ledger = Json::object();
+  const std::string config = read_text(run_dir + "/config.yaml");
+  const std::string metric = run_metric(rows, offline, ledger);
+
+  std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
+  html += str("<title>hpctrain report: ", escape(run_dir), "</title><style>", kStyle,
+              "</style></head>\n<body><div id=\"tip\"></div>\n");
+  html += run_summary_html(run_dir, rows, ledger);
+  html += training_section(rows, offline, metric);
+  html += throughput_section(rows);
+  html += stragglers_section(rows);
+  html += ledger_section(ledger);
+  html += memory_section(rows, ledger);
+  html += offline_table(offline, metric);
   html += "<h2>Configuration (config.yaml)</h2><pre>" +
           (config.empty() ? std::string("(no config.yaml)") : escape(config)) + "</pre>\n";
   html += kScript;
