@@ -66,79 +66,119 @@ std::string problems_message(const std::string& key, const WeightsFile& file,
   return message;
 }
 
-}  // namespace
+// The file as the model looks it up: under the model's names, or through GPT-2's table.
+struct FileView {
+  explicit FileView(const WeightsFile& f) : file(f) {}
 
-InitFromReport init_model_from(model::Model& model, const std::string& path, int tp_rank,
-                               int tp_size, const std::string& key) {
-  std::optional<WeightsFile> opened;
-  try {
-    opened = WeightsFile::open(path);
-  } catch (const CheckpointError& e) {
-    throw CheckpointError(str(key, ": ", e.what()));
-  }
-  const WeightsFile& file = *opened;
-  if (auto* llama = dynamic_cast<model::Llama*>(&model); llama && has_hf_llama_names(file)) {
-    return init_llama_from_hf(model, llama->options(), file, tp_rank, tp_size, key);
-  }
-  InitFromReport report;
-  report.notes = file.notes();
-  const std::map<std::string, std::string> names = normalised_names(file, report.notes);
-  auto* gpt = dynamic_cast<model::Gpt*>(&model);
-  bool gpt2 = false;
-  if (gpt != nullptr) {
-    for (const auto& [name, original] : names) gpt2 = gpt2 || model::is_gpt2_name(name);
-  }
+  const WeightsFile& file;
+  const model::Gpt* gpt = nullptr;  // null for every other model
+  bool gpt2 = false;                // the file uses GPT-2's names (a gpt only)
+  bool conv1d = true;               // GPT-2's linear weights stored as Conv1D ([in, out])
   // The file's tensor under a name as the model (or GPT-2's table, prefix dropped) spells it.
   std::map<std::string, std::string> lookup;
-  for (const auto& [name, original] : names) {
-    lookup[gpt2 ? model::strip_gpt2_prefix(name) : name] = original;
-  }
-  auto find = [&](const std::string& name) -> const WeightsFile::Tensor* {
+  std::map<std::string, std::pair<std::string, Gpt2Layout>> table;  // gpt name -> GPT-2's
+
+  const WeightsFile::Tensor* find(const std::string& name) const {
     auto it = lookup.find(gpt2 ? model::strip_gpt2_prefix(name) : name);
     return it == lookup.end() ? nullptr : file.find(it->second);
-  };
-  std::map<std::string, std::pair<std::string, Gpt2Layout>> table;  // gpt name -> GPT-2's
-  bool conv1d = true;
-  if (gpt2) {
-    for (const auto& t : model::gpt2_tensors(gpt->options())) {
-      table[t.name] = {t.gpt2_name, t.layout};
+  }
+};
+
+// What the plan collects: the steps to run, the problems that stop it, the file's names used.
+struct Plan {
+  std::vector<std::string> problems;
+  std::vector<Step> steps;
+  std::map<std::string, bool> used;  // the file's names
+};
+
+FileView view_file(const WeightsFile& file, model::Model& model, InitFromReport& report) {
+  FileView view(file);
+  const std::map<std::string, std::string> names = normalised_names(file, report.notes);
+  view.gpt = dynamic_cast<model::Gpt*>(&model);
+  if (view.gpt != nullptr) {
+    for (const auto& [name, original] : names) view.gpt2 = view.gpt2 || model::is_gpt2_name(name);
+  }
+  for (const auto& [name, original] : names) {
+    view.lookup[view.gpt2 ? model::strip_gpt2_prefix(name) : name] = original;
+  }
+  if (view.gpt2) {
+    for (const auto& t : model::gpt2_tensors(view.gpt->options())) {
+      view.table[t.name] = {t.gpt2_name, t.layout};
     }
-    const std::int64_t d = gpt->options().width;
-    if (const auto* qkv = find("h.0.attn.c_attn.weight")) {
-      conv1d = !(qkv->shape == std::vector<std::int64_t>{3 * d, d});
-      if (!conv1d) {
+    const std::int64_t d = view.gpt->options().width;
+    if (const auto* qkv = view.find("h.0.attn.c_attn.weight")) {
+      view.conv1d = !(qkv->shape == std::vector<std::int64_t>{3 * d, d});
+      if (!view.conv1d) {
         report.notes.push_back(
             "the linear weights are stored as nn.Linear does ([out, in]), not as GPT-2's Conv1D: "
             "read without transposing");
       }
     }
   }
-  report.source = str(file.description(),
-                      gpt2 ? str(" (GPT-2 names", conv1d ? ", Conv1D" : "", ")") : std::string());
+  report.source =
+      str(file.description(),
+          view.gpt2 ? str(" (GPT-2 names", view.conv1d ? ", Conv1D" : "", ")") : std::string());
+  return view;
+}
 
-  std::vector<std::string> problems;
-  std::vector<Step> steps;
-  std::map<std::string, bool> used;  // the file's names
-  const bool tied = gpt != nullptr && gpt->options().tied_embeddings;
+// Whether the file's tensor `got` fits a parameter of shape `expected`: equal, or a vocabulary
+// padded with zero rows, or positions cut to seq_len (both noted). A misfit is a problem.
+bool shape_fits(const FileView& view, const Step& step, const WeightsFile::Tensor& source,
+                const std::vector<std::int64_t>& expected, InitFromReport& report, Plan& plan) {
+  const auto& got = source.shape;
+  if (got == expected) return true;
+  const std::string label =
+      source.name == step.target ? step.target : str(source.name, " -> ", step.target);
+  const bool rows_only = got.size() == 2 && expected.size() == 2 && got[1] == expected[1];
+  const bool vocab =
+      view.gpt != nullptr && (step.target == "wte.weight" || step.target == "lm_head.weight");
+  const bool positions = view.gpt != nullptr && step.target == "wpe.weight";
+  if (rows_only && vocab && got[0] < expected[0]) {
+    report.notes.push_back(str(
+        label, ": the file's ", got[0], " rows are padded with zero rows to model.vocab_size = ",
+        expected[0], " (rows ", got[0], "-", expected[0] - 1, " start at zero)"));
+    return true;
+  }
+  if (rows_only && positions && got[0] > expected[0]) {
+    report.notes.push_back(str(label, ": the first ", expected[0], " of the file's ", got[0],
+                               " positions are used (model.seq_len = ", expected[0], ")"));
+    return true;
+  }
+  std::string hint;
+  if (rows_only && vocab) {
+    hint = str(": model.vocab_size = ", expected[0], " is smaller than the file's ", got[0],
+               " rows; set model.vocab_size >= ", got[0]);
+  } else if (rows_only && positions) {
+    hint =
+        str(": the file has positions for ", got[0], " tokens only; set model.seq_len <= ", got[0]);
+  }
+  plan.problems.push_back(str(source.name, ": shape ", slab::shape_text(got), " in the file, but ",
+                              step.target, " needs ", slab::shape_text(expected), hint));
+  return false;
+}
+
+// One step per parameter, each with its source tensor found and checked.
+void plan_parameters(model::Model& model, const FileView& view, InitFromReport& report,
+                     Plan& plan) {
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     Step step;
     step.target = item.key();
     step.local = item.value();
     step.shard = model.shard_info(item.key());
     std::string wanted = step.target;
-    if (gpt2) {
-      auto it = table.find(step.target);
-      if (it == table.end()) {
-        problems.push_back(str(step.target, ": a parameter GPT-2's names do not cover"));
+    if (view.gpt2) {
+      auto it = view.table.find(step.target);
+      if (it == view.table.end()) {
+        plan.problems.push_back(str(step.target, ": a parameter GPT-2's names do not cover"));
         continue;
       }
       std::tie(wanted, step.layout) = it->second;
     }
     const auto& logical = step.shard.logical_shape;
-    const WeightsFile::Tensor* source = find(wanted);
-    if (source == nullptr && gpt != nullptr && step.target == "lm_head.weight") {
+    const WeightsFile::Tensor* source = view.find(wanted);
+    if (source == nullptr && view.gpt != nullptr && step.target == "lm_head.weight") {
       // A file that ties its head to wte (GPT-2's) for a gpt with its own head: start it as wte.
-      source = find(gpt2 ? "transformer.wte.weight" : "wte.weight");
+      source = view.find(view.gpt2 ? "transformer.wte.weight" : "wte.weight");
       if (source != nullptr) {
         report.notes.push_back(str("the file has no ", wanted,
                                    " (its head is tied to the token embedding): lm_head.weight "
@@ -146,65 +186,39 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
       }
     }
     const std::vector<std::int64_t> expected =
-        gpt2 ? model::gpt2_shape(logical, step.layout, conv1d) : logical;
+        view.gpt2 ? model::gpt2_shape(logical, step.layout, view.conv1d) : logical;
     if (source == nullptr) {
-      problems.push_back(str(wanted, ": missing from the file (", step.target, " needs shape ",
-                             slab::shape_text(expected), ")"));
+      plan.problems.push_back(str(wanted, ": missing from the file (", step.target, " needs shape ",
+                                  slab::shape_text(expected), ")"));
       continue;
     }
-    used[source->name] = true;
-    const auto& got = source->shape;
-    const std::string label =
-        source->name == step.target ? step.target : str(source->name, " -> ", step.target);
-    if (got != expected) {
-      const bool rows_only = got.size() == 2 && expected.size() == 2 && got[1] == expected[1];
-      const bool vocab =
-          gpt != nullptr && (step.target == "wte.weight" || step.target == "lm_head.weight");
-      const bool positions = gpt != nullptr && step.target == "wpe.weight";
-      if (rows_only && vocab && got[0] < expected[0]) {
-        report.notes.push_back(
-            str(label, ": the file's ", got[0],
-                " rows are padded with zero rows to model.vocab_size = ", expected[0], " (rows ",
-                got[0], "-", expected[0] - 1, " start at zero)"));
-      } else if (rows_only && positions && got[0] > expected[0]) {
-        report.notes.push_back(str(label, ": the first ", expected[0], " of the file's ", got[0],
-                                   " positions are used (model.seq_len = ", expected[0], ")"));
-      } else {
-        std::string hint;
-        if (rows_only && vocab) {
-          hint = str(": model.vocab_size = ", expected[0], " is smaller than the file's ", got[0],
-                     " rows; set model.vocab_size >= ", got[0]);
-        } else if (rows_only && positions) {
-          hint = str(": the file has positions for ", got[0],
-                     " tokens only; set model.seq_len <= ", got[0]);
-        }
-        problems.push_back(str(source->name, ": shape ", slab::shape_text(got),
-                               " in the file, but ", step.target, " needs ",
-                               slab::shape_text(expected), hint));
-        continue;
-      }
-    }
+    plan.used[source->name] = true;
+    if (!shape_fits(view, step, *source, expected, report, plan)) continue;
     if (torch::isFloatingType(step.local.scalar_type()) && !torch::isFloatingType(source->dtype)) {
-      problems.push_back(str(source->name, ": dtype ", c10::toString(source->dtype),
-                             " in the file, but ", step.target,
-                             " is floating point (f16, bf16, f32 or f64 are converted)"));
+      plan.problems.push_back(str(source->name, ": dtype ", c10::toString(source->dtype),
+                                  " in the file, but ", step.target,
+                                  " is floating point (f16, bf16, f32 or f64 are converted)"));
       continue;
     }
     step.source = source->name;
-    steps.push_back(std::move(step));
+    plan.steps.push_back(std::move(step));
   }
+}
+
+// One step per buffer the file holds; the others keep their values.
+void plan_buffers(model::Model& model, const FileView& view, InitFromReport& report, Plan& plan) {
   std::int64_t kept_buffers = 0;
   for (const auto& item : model.named_buffers(/*recurse=*/true)) {
-    const WeightsFile::Tensor* source = find(item.key());
+    const WeightsFile::Tensor* source = view.find(item.key());
     if (source == nullptr) {
       ++kept_buffers;
       continue;
     }
-    used[source->name] = true;
+    plan.used[source->name] = true;
     if (source->shape != item.value().sizes().vec()) {
-      problems.push_back(str(source->name, ": shape ", slab::shape_text(source->shape),
-                             " in the file, but buffer ", item.key(), " has ",
-                             slab::shape_text(item.value().sizes().vec())));
+      plan.problems.push_back(str(source->name, ": shape ", slab::shape_text(source->shape),
+                                  " in the file, but buffer ", item.key(), " has ",
+                                  slab::shape_text(item.value().sizes().vec())));
       continue;
     }
     Step step;
@@ -213,49 +227,56 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
     step.shard = model.shard_info(item.key());
     step.source = source->name;
     step.buffer = true;
-    steps.push_back(std::move(step));
+    plan.steps.push_back(std::move(step));
   }
-  if (kept_buffers > 0 && !file.tensors().empty()) {
+  if (kept_buffers > 0 && !view.file.tensors().empty()) {
     report.notes.push_back(str(kept_buffers, " buffer(s) not in the file keep their values"));
   }
-  // A tied gpt has no lm_head; a file's head must then be the embedding itself (checked below).
-  const WeightsFile::Tensor* file_head = tied ? find("lm_head.weight") : nullptr;
-  if (file_head != nullptr) used[file_head->name] = true;
+}
+
+// Every tensor of the file must map to something (GPT-2's mask buffers are skipped).
+void plan_unused(const FileView& view, InitFromReport& report, Plan& plan) {
   std::int64_t masks = 0;
-  for (const auto& t : file.tensors()) {
-    if (used.count(t.name) > 0) continue;
-    if (gpt2 && model::is_gpt2_mask_buffer(t.name)) {
+  for (const auto& t : view.file.tensors()) {
+    if (plan.used.count(t.name) > 0) continue;
+    if (view.gpt2 && model::is_gpt2_mask_buffer(t.name)) {
       ++masks;
       continue;
     }
-    problems.push_back(str(t.name, ": in the file (shape ", slab::shape_text(t.shape),
-                           "), but the model has no parameter it maps to"));
+    plan.problems.push_back(str(t.name, ": in the file (shape ", slab::shape_text(t.shape),
+                                "), but the model has no parameter it maps to"));
   }
   if (masks > 0) {
     report.notes.push_back(str(masks,
                                " GPT-2 attention-mask buffers (h.N.attn.bias, "
                                "masked_bias) were skipped: the gpt builds its own mask"));
   }
-  if (!problems.empty()) throw CheckpointError(problems_message(key, file, problems, gpt2));
+}
 
-  torch::NoGradGuard no_grad;
-  if (file_head != nullptr) {
-    const torch::Tensor head = file.read(file_head->name);
-    const auto* wte = find(gpt2 ? "transformer.wte.weight" : "wte.weight");
-    const torch::Tensor embedding = wte != nullptr ? file.read(wte->name) : torch::Tensor();
-    if (!embedding.defined() || !head.sizes().equals(embedding.sizes()) ||
-        !torch::equal(head, embedding.to(head.scalar_type()))) {
-      throw CheckpointError(str(key, ": ", file.description(), ": ", file_head->name,
-                                " differs from the token embedding, but the model ties its head "
-                                "to wte: set model.tied_embeddings: false to keep the file's head "
-                                "(nothing was loaded)"));
-    }
-    report.notes.push_back(
-        str(file_head->name, " equals the token embedding (tied, as the model): not read twice"));
+// A tied gpt given a file with its own head: the head must equal the embedding.
+void check_head_is_embedding(const FileView& view, const WeightsFile::Tensor& file_head,
+                             const std::string& key, InitFromReport& report) {
+  const WeightsFile& file = view.file;
+  const torch::Tensor head = file.read(file_head.name);
+  const auto* wte = view.find(view.gpt2 ? "transformer.wte.weight" : "wte.weight");
+  const torch::Tensor embedding = wte != nullptr ? file.read(wte->name) : torch::Tensor();
+  if (!embedding.defined() || !head.sizes().equals(embedding.sizes()) ||
+      !torch::equal(head, embedding.to(head.scalar_type()))) {
+    throw CheckpointError(str(key, ": ", file.description(), ": ", file_head.name,
+                              " differs from the token embedding, but the model ties its head "
+                              "to wte: set model.tied_embeddings: false to keep the file's head "
+                              "(nothing was loaded)"));
   }
+  report.notes.push_back(
+      str(file_head.name, " equals the token embedding (tied, as the model): not read twice"));
+}
+
+// Reads, reshapes, converts and slices each step's tensor into this rank's parameter or buffer.
+void run_steps(const FileView& view, std::vector<Step>& steps, int tp_rank, int tp_size,
+               const std::string& key, InitFromReport& report) {
   for (Step& step : steps) {
-    torch::Tensor t = file.read(step.source);
-    if (gpt2) t = model::from_gpt2(t, step.layout, conv1d);
+    torch::Tensor t = view.file.read(step.source);
+    if (view.gpt2) t = model::from_gpt2(t, step.layout, view.conv1d);
     const auto& logical = step.shard.logical_shape;
     if (!step.buffer && t.dim() == 2 && t.size(0) != logical[0]) {
       t = t.size(0) < logical[0]
@@ -273,6 +294,40 @@ InitFromReport init_model_from(model::Model& model, const std::string& path, int
     step.local.copy_(slab);
     ++(step.buffer ? report.buffers : report.parameters);
   }
+}
+
+}  // namespace
+
+InitFromReport init_model_from(model::Model& model, const std::string& path, int tp_rank,
+                               int tp_size, const std::string& key) {
+  std::optional<WeightsFile> opened;
+  try {
+    opened = WeightsFile::open(path);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(str(key, ": ", e.what()));
+  }
+  const WeightsFile& file = *opened;
+  if (auto* llama = dynamic_cast<model::Llama*>(&model); llama && has_hf_llama_names(file)) {
+    return init_llama_from_hf(model, llama->options(), file, tp_rank, tp_size, key);
+  }
+  InitFromReport report;
+  report.notes = file.notes();
+  const FileView view = view_file(file, model, report);
+  Plan plan;
+  plan_parameters(model, view, report, plan);
+  plan_buffers(model, view, report, plan);
+  // A tied gpt has no lm_head; a file's head must then be the embedding itself (checked below).
+  const bool tied = view.gpt != nullptr && view.gpt->options().tied_embeddings;
+  const WeightsFile::Tensor* file_head = tied ? view.find("lm_head.weight") : nullptr;
+  if (file_head != nullptr) plan.used[file_head->name] = true;
+  plan_unused(view, report, plan);
+  if (!plan.problems.empty()) {
+    throw CheckpointError(problems_message(key, file, plan.problems, view.gpt2));
+  }
+
+  torch::NoGradGuard no_grad;
+  if (file_head != nullptr) check_head_is_embedding(view, *file_head, key, report);
+  run_steps(view, plan.steps, tp_rank, tp_size, key, report);
   return report;
 }
 
