@@ -69,12 +69,8 @@ DecoderFacts decoder_facts(ConfigSection& section, const std::string& name, int 
           g.heads, g.dropout > 0, g.recompute};
 }
 
-PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
-                              const std::optional<RecordedRun>& recorded, MemoryInputs& memory,
-                              PipelinePlan& pipeline) {
-  const TrainConfig tc = TrainConfig::from(config, "runs/plan");
-  const int tp = tc.parallel.tp;
-  const int pp = tc.parallel.pp;
+// --devices must hold whole tp x pp groups.
+void check_devices(int devices, int tp, int pp) {
   if (devices % tp != 0) {
     throw ConfigError(str("--devices ", devices, " is not divisible by parallel.tp = ", tp,
                           ": plan for a multiple of ", tp, " devices"));
@@ -84,79 +80,74 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
                           " is not divisible by parallel.pp x parallel.tp = ", pp * tp,
                           ": plan for a multiple of ", pp * tp, " devices"));
   }
-  if (pp > 1) {
-    pipeline.shape.pp = pp;
-    pipeline.shape.virtual_stages = tc.parallel.pp_virtual;
-    pipeline.shape.micro_batches = static_cast<int>(tc.optim.grad_accumulation);
-    pipeline.shape.kind = tc.parallel.pp_schedule;
-    plan::validate_pipeline_shape(pipeline.shape);
-  }
-  PlanInputs in;
-  in.source = str("config ", config.origin());
-  auto model_section = config.section("model");
-  in.model_name = tc.model.name;
-  std::int64_t seq_len = tc.model.seq_len;  // of language-model data windows
-  if (in.model_name == "gpt" || in.model_name == "llama") {
-    // Counted analytically so that a config of any size plans without allocating its weights
-    // (tests/unit/plan checks the count against the built model).
-    const DecoderFacts f = decoder_facts(model_section, in.model_name, tp);
-    if (pp > 1) {
-      pipeline.stage_blocks = plan::pipeline_stage_blocks(
-          static_cast<int>(f.shape.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
-    }
-    memory.gpt = true;
-    memory.shape = f.shape;
-    memory.heads = f.heads;
-    memory.dropout = f.dropout;
-    memory.recompute = f.recompute == model::Recompute::kBlock ? plan::RecomputeMode::kBlock
-                       : f.recompute == model::Recompute::kAttention
-                           ? plan::RecomputeMode::kAttention
-                           : plan::RecomputeMode::kNone;
-    in.task = Task::kLanguageModel;
-    in.non_embedding_parameters = plan::transformer_non_embedding_parameters(f.shape);
-    in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(f.shape);
-    in.tokens_per_sample = static_cast<double>(f.shape.seq_len);
-    in.forward_flops_per_sample =
-        in.tokens_per_sample * plan::transformer_forward_flops_per_token(f.shape);
-    in.flops_formula =
-        f.shape.swiglu
-            ? "per token 2 (N + V D) + 4 layers T heads head_dim forward (N non-embedding, the "
-              "head counted), training 3x: 6 N D plus the head and attention"
-            : "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
-              "non-embedding), training 3x: 6 N D plus attention and head";
-  } else {
-    if (pp > 1) {
-      throw ConfigError(str("model.name = ", in.model_name,
-                            " cannot be cut into pipeline stages (parallel.pp = ", pp,
-                            "): only the gpt and llama can; set parallel.pp: 1"));
-    }
-    // Small models are built on the CPU, unsharded, and their layers counted.
-    model::ModelContext ctx;
-    auto model = model::build_model(model_section, ctx);
-    in.task = model->task();
-    in.parameters = static_cast<double>(model->logical_parameter_count());
-    if (model->flops_source() != "counted from the layers" &&
-        model->forward_flops_per_sample() == 0 && !tc.data.train.empty()) {
-      // A user model's FLOPs are counted by running it on one training sample.
-      data::DatasetExpectation expect;
-      expect.seq_len = seq_len;
-      auto dataset = data::Dataset::open(tc.data.train, expect, tc.data.read_options());
-      data::Batch one = dataset->read({0});
-      const auto& info = dataset->info();
-      model->check_batch(
-          one.inputs, one.targets,
-          info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size : info.num_classes,
-          "data.train");
-    }
-    in.forward_flops_per_sample = model->forward_flops_per_sample();
-    in.flops_formula = model->flops_source() == "counted from the layers"
-                           ? "forward FLOPs counted from the layers, training 3x forward"
-                           : str("forward FLOPs: ", model->flops_source(), ", training 3x forward");
-  }
-  config.check_unknown_keys();
+}
 
-  const std::int64_t dp = devices / (tp * pp);
-  in.devices = devices;
+// A gpt's or llama's parameters, FLOPs and activation shape, counted analytically so that a config
+// of any size plans without allocating its weights (tests/unit/plan checks the count against the
+// built model); its blocks per pipeline stage into `pipeline` (parallel.pp > 1).
+void count_decoder(ConfigSection& model_section, const TrainConfig& tc, PlanInputs& in,
+                   MemoryInputs& memory, PipelinePlan& pipeline) {
+  const DecoderFacts f = decoder_facts(model_section, in.model_name, tc.parallel.tp);
+  if (tc.parallel.pp > 1) {
+    pipeline.stage_blocks = plan::pipeline_stage_blocks(
+        static_cast<int>(f.shape.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
+  }
+  memory.gpt = true;
+  memory.shape = f.shape;
+  memory.heads = f.heads;
+  memory.dropout = f.dropout;
+  memory.recompute = f.recompute == model::Recompute::kBlock       ? plan::RecomputeMode::kBlock
+                     : f.recompute == model::Recompute::kAttention ? plan::RecomputeMode::kAttention
+                                                                   : plan::RecomputeMode::kNone;
+  in.task = Task::kLanguageModel;
+  in.non_embedding_parameters = plan::transformer_non_embedding_parameters(f.shape);
+  in.parameters = in.non_embedding_parameters + plan::transformer_embedding_parameters(f.shape);
+  in.tokens_per_sample = static_cast<double>(f.shape.seq_len);
+  in.forward_flops_per_sample =
+      in.tokens_per_sample * plan::transformer_forward_flops_per_token(f.shape);
+  in.flops_formula =
+      f.shape.swiglu
+          ? "per token 2 (N + V D) + 4 layers T heads head_dim forward (N non-embedding, the "
+            "head counted), training 3x: 6 N D plus the head and attention"
+          : "per sequence 2 N T + 2 layers T^2 width + 2 width V T (output head) forward (N "
+            "non-embedding), training 3x: 6 N D plus attention and head";
+}
+
+// Any other model: built on the CPU, unsharded, and its layers counted.
+void count_built_model(ConfigSection& model_section, const TrainConfig& tc, PlanInputs& in) {
+  if (tc.parallel.pp > 1) {
+    throw ConfigError(str("model.name = ", in.model_name,
+                          " cannot be cut into pipeline stages (parallel.pp = ", tc.parallel.pp,
+                          "): only the gpt and llama can; set parallel.pp: 1"));
+  }
+  model::ModelContext ctx;
+  auto model = model::build_model(model_section, ctx);
+  in.task = model->task();
+  in.parameters = static_cast<double>(model->logical_parameter_count());
+  if (model->flops_source() != "counted from the layers" &&
+      model->forward_flops_per_sample() == 0 && !tc.data.train.empty()) {
+    // A user model's FLOPs are counted by running it on one training sample.
+    data::DatasetExpectation expect;
+    expect.seq_len = tc.model.seq_len;
+    auto dataset = data::Dataset::open(tc.data.train, expect, tc.data.read_options());
+    data::Batch one = dataset->read({0});
+    const auto& info = dataset->info();
+    model->check_batch(
+        one.inputs, one.targets,
+        info.kind == data::DatasetKind::kLanguageModel ? info.vocab_size : info.num_classes,
+        "data.train");
+  }
+  in.forward_flops_per_sample = model->forward_flops_per_sample();
+  in.flops_formula = model->flops_source() == "counted from the layers"
+                         ? "forward FLOPs counted from the layers, training 3x forward"
+                         : str("forward FLOPs: ", model->flops_source(), ", training 3x forward");
+}
+
+// The layout, sharding and precision the memory plan needs.
+void fill_memory_inputs(const TrainConfig& tc, const PlanRequest& o, std::int64_t dp,
+                        double parameters, MemoryInputs& memory) {
+  const int tp = tc.parallel.tp;
+  const int pp = tc.parallel.pp;
   memory.dp = static_cast<int>(dp);
   memory.tp = tp;
   // parallel.shard as the plan library knows it (plan/ does not depend on parallel/).
@@ -175,25 +166,12 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   memory.micro_batches = tc.optim.grad_accumulation;
   memory.precision = tc.run.precision;
   // With pipeline stages each device holds about 1/pp of the layers.
-  memory.parameters_per_device = in.parameters / (tp * pp);
+  memory.parameters_per_device = parameters / (tp * pp);
   memory.micro_batch = tc.data.batch_size;
-  in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
-  in.epochs = o.sizes.epochs > 0 ? o.sizes.epochs : static_cast<double>(tc.run.epochs);
-  in.optimizer = o.sizes.optimizer.empty() ? config_optimizer(tc.optim) : o.sizes.optimizer;
+}
 
-  if (recorded) {
-    in.steps = recorded->steps;
-    in.train_samples = static_cast<double>(in.steps * in.global_batch);
-    const bool evaluates = !tc.data.val.empty();
-    in.eval_passes = evaluates ? static_cast<double>(plan::planned_evaluations(
-                                     in.steps, tc.eval.every_steps, tc.eval.at_end))
-                               : 0;
-    if (in.eval_passes > 0) {
-      in.eval_samples_per_pass = static_cast<double>(recorded->samples_evaluated) / in.eval_passes;
-    }
-    return in;
-  }
-
+// The steps of the planned epochs: the epoch's size from --samples, --tokens or data.train.
+void size_training(const TrainConfig& tc, const PlanRequest& o, std::int64_t dp, PlanInputs& in) {
   if (o.sizes.samples > 0) {
     in.samples_per_epoch = o.sizes.samples;
   } else if (o.sizes.tokens > 0) {
@@ -205,7 +183,7 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
           "epoch with --samples N (or --tokens N)");
     }
     data::DatasetExpectation expect;
-    expect.seq_len = seq_len;
+    expect.seq_len = tc.model.seq_len;
     expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.train";
     try {  // a file, a directory, globs, a list or a weighted mixture, as training reads them
@@ -231,14 +209,18 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
                           " micro-batches): nothing would be trained"));
   }
   in.train_samples = static_cast<double>(in.steps * in.global_batch);
+}
 
+// The evaluations: their size from --eval-samples, --eval-tokens or data.val, their count from
+// --evals or eval.every_steps.
+void size_evaluations(const TrainConfig& tc, const PlanRequest& o, PlanInputs& in) {
   if (o.sizes.eval_samples > 0) {
     in.eval_samples_per_pass = o.sizes.eval_samples;
   } else if (o.sizes.eval_tokens > 0) {
     in.eval_samples_per_pass = std::floor(o.sizes.eval_tokens / in.tokens_per_sample);
   } else if (!tc.data.val.empty()) {
     data::DatasetExpectation expect;
-    expect.seq_len = seq_len;
+    expect.seq_len = tc.model.seq_len;
     expect.vocab_size = tc.model.vocab_size;
     expect.config_key = "data.val";
     try {
@@ -260,6 +242,54 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
     in.eval_passes = static_cast<double>(
         plan::planned_evaluations(in.steps, tc.eval.every_steps, tc.eval.at_end));
   }
+}
+
+PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
+                              const std::optional<RecordedRun>& recorded, MemoryInputs& memory,
+                              PipelinePlan& pipeline) {
+  const TrainConfig tc = TrainConfig::from(config, "runs/plan");
+  const int tp = tc.parallel.tp;
+  const int pp = tc.parallel.pp;
+  check_devices(devices, tp, pp);
+  if (pp > 1) {
+    pipeline.shape.pp = pp;
+    pipeline.shape.virtual_stages = tc.parallel.pp_virtual;
+    pipeline.shape.micro_batches = static_cast<int>(tc.optim.grad_accumulation);
+    pipeline.shape.kind = tc.parallel.pp_schedule;
+    plan::validate_pipeline_shape(pipeline.shape);
+  }
+  PlanInputs in;
+  in.source = str("config ", config.origin());
+  auto model_section = config.section("model");
+  in.model_name = tc.model.name;
+  if (in.model_name == "gpt" || in.model_name == "llama") {
+    count_decoder(model_section, tc, in, memory, pipeline);
+  } else {
+    count_built_model(model_section, tc, in);
+  }
+  config.check_unknown_keys();
+
+  const std::int64_t dp = devices / (tp * pp);
+  in.devices = devices;
+  fill_memory_inputs(tc, o, dp, in.parameters, memory);
+  in.global_batch = tc.data.batch_size * dp * tc.optim.grad_accumulation;
+  in.epochs = o.sizes.epochs > 0 ? o.sizes.epochs : static_cast<double>(tc.run.epochs);
+  in.optimizer = o.sizes.optimizer.empty() ? config_optimizer(tc.optim) : o.sizes.optimizer;
+
+  if (recorded) {
+    in.steps = recorded->steps;
+    in.train_samples = static_cast<double>(in.steps * in.global_batch);
+    const bool evaluates = !tc.data.val.empty();
+    in.eval_passes = evaluates ? static_cast<double>(plan::planned_evaluations(
+                                     in.steps, tc.eval.every_steps, tc.eval.at_end))
+                               : 0;
+    if (in.eval_passes > 0) {
+      in.eval_samples_per_pass = static_cast<double>(recorded->samples_evaluated) / in.eval_passes;
+    }
+    return in;
+  }
+  size_training(tc, o, dp, in);
+  size_evaluations(tc, o, in);
   return in;
 }
 
