@@ -81,10 +81,8 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-}  // namespace
-
-nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
-  const fs::path dir = fs::path(run_dir) / "flight";
+// The rank-K.json files of a run's flight/ directory, by rank.
+std::vector<FlightFile> read_flight_files(const fs::path& dir) {
   std::vector<FlightFile> files;
   std::error_code ec;
   if (fs::is_directory(dir, ec)) {
@@ -104,25 +102,15 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
   }
   std::sort(files.begin(), files.end(),
             [](const FlightFile& a, const FlightFile& b) { return a.rank < b.rank; });
-  double now = 0;
-  int world = 0;
-  std::map<std::uint32_t, ChannelInfo> channel_info;
-  for (const FlightFile& f : files) {
-    now = std::max(now, f.time);
-    world = std::max(world, f.rank + 1);
-    for (const Json& p : f.json.value("peers", Json::array()))
-      world = std::max(world, p.value("rank", -1) + 1);
-    for (const Json& c : f.json.value("channels", Json::array())) {
-      ChannelInfo& info = channel_info[c.value("id", 0u)];
-      info.name = c.value("name", "");
-      info.group = c.value("group", info.name);
-      info.members = c.value("members", std::vector<int>{});
-    }
-  }
+  return files;
+}
 
-  // Every rank's position: its own file's, else the freshest the others heard.
+// Every rank's position: its own file's, else the freshest the others heard; `source` says which.
+std::vector<runtime::RankPosition> rank_positions(
+    const std::vector<FlightFile>& files, int world, double now,
+    const std::map<std::uint32_t, ChannelInfo>& channel_info, std::vector<std::string>& source) {
   std::vector<runtime::RankPosition> positions(static_cast<std::size_t>(world));
-  std::vector<std::string> source(static_cast<std::size_t>(world), "none");
+  source.assign(static_cast<std::size_t>(world), "none");
   std::vector<double> heard(static_cast<std::size_t>(world), -1);
   for (int r = 0; r < world; ++r) positions[static_cast<std::size_t>(r)].world_rank = r;
   for (const FlightFile& f : files) {
@@ -174,31 +162,22 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
       source[static_cast<std::size_t>(f.rank)] = str("own file, stopped ", format_seconds(stalled));
     }
   }
+  return positions;
+}
 
-  nlohmann::ordered_json out;
-  out["directory"] = dir.string();
-  out["files"] = nlohmann::ordered_json::array();
-  std::set<int> have;
-  for (const FlightFile& f : files) {
-    have.insert(f.rank);
-    out["files"].push_back(
-        {{"rank", f.rank}, {"host", f.host}, {"reason", f.reason}, {"time", f.time}});
-  }
-  out["missing"] = nlohmann::ordered_json::array();
-  for (int r = 0; r < world; ++r) {
-    if (!have.count(r)) out["missing"].push_back(r);
-  }
+// A collective some rank was waiting in when it wrote its file.
+struct Waiting {
+  std::string op;
+  std::vector<int> ranks;
+  double waited_s = 0;
+};
+// Keyed by channel, number and operation: in a desynchronised program ranks wait in different
+// collectives under one number, and each side's view is reported.
+using WaitingMap = std::map<std::tuple<std::uint32_t, std::uint64_t, std::string>, Waiting>;
+using WaitedByRank = std::map<int, std::map<std::uint32_t, double>>;  // rank -> channel -> s
 
-  // Collectives some rank was waiting in when it wrote its file, by channel and number.
-  struct Waiting {
-    std::string op;
-    std::vector<int> ranks;
-    double waited_s = 0;
-  };
-  // Keyed by operation too: in a desynchronised program ranks wait in different collectives
-  // under one number, and each side's view is reported.
-  std::map<std::tuple<std::uint32_t, std::uint64_t, std::string>, Waiting> waiting;
-  std::map<int, std::map<std::uint32_t, double>> waited_by_rank;
+void find_waiting(const std::vector<FlightFile>& files, WaitingMap& waiting,
+                  WaitedByRank& waited_by_rank) {
   for (const FlightFile& f : files) {
     for (const Json& c : f.json.value("channels", Json::array())) {
       const auto p = channel_position(c);
@@ -217,7 +196,13 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
       waited_by_rank[f.rank][p.id] = waited;
     }
   }
-  out["hangs"] = nlohmann::ordered_json::array();
+}
+
+// Each waited-in collective with the hang attribution of the ranks' positions.
+nlohmann::ordered_json hangs_json(WaitingMap& waiting,
+                                  std::map<std::uint32_t, ChannelInfo>& channel_info,
+                                  const std::vector<runtime::RankPosition>& positions) {
+  nlohmann::ordered_json hangs = nlohmann::ordered_json::array();
   for (auto& [key, w] : waiting) {
     std::sort(w.ranks.begin(), w.ranks.end());
     const auto& [id, seq, op] = key;
@@ -234,16 +219,23 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
     wc.waited_s = w.waited_s;
     wc.step = positions[static_cast<std::size_t>(wc.world_rank)].step;
     const runtime::HangAttribution a = runtime::attribute_hang(wc, positions);
-    out["hangs"].push_back({{"channel", info.name},
-                            {"seq", seq},
-                            {"op", w.op},
-                            {"waiting_ranks", w.ranks},
-                            {"text", a.text},
-                            {"not_entered", a.not_entered},
-                            {"desynchronised", a.desynchronised}});
+    hangs.push_back({{"channel", info.name},
+                     {"seq", seq},
+                     {"op", w.op},
+                     {"waiting_ranks", w.ranks},
+                     {"text", a.text},
+                     {"not_entered", a.not_entered},
+                     {"desynchronised", a.desynchronised}});
   }
+  return hangs;
+}
 
-  out["channels"] = nlohmann::ordered_json::array();
+// Each used channel of two or more ranks, a row per member with its position on the channel.
+nlohmann::ordered_json channels_json(const std::map<std::uint32_t, ChannelInfo>& channel_info,
+                                     const std::vector<runtime::RankPosition>& positions,
+                                     const std::vector<std::string>& source, int world,
+                                     WaitedByRank& waited_by_rank) {
+  nlohmann::ordered_json channels = nlohmann::ordered_json::array();
   for (const auto& [id, info] : channel_info) {
     // Groups of one rank and channels no rank used say nothing about a hang.
     bool used = false;
@@ -271,8 +263,53 @@ nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
       }
       rows.push_back(row);
     }
-    out["channels"].push_back({{"name", info.name}, {"members", info.members}, {"rows", rows}});
+    channels.push_back({{"name", info.name}, {"members", info.members}, {"rows", rows}});
   }
+  return channels;
+}
+
+}  // namespace
+
+nlohmann::ordered_json summarize_flight(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir) / "flight";
+  const std::vector<FlightFile> files = read_flight_files(dir);
+  double now = 0;
+  int world = 0;
+  std::map<std::uint32_t, ChannelInfo> channel_info;
+  for (const FlightFile& f : files) {
+    now = std::max(now, f.time);
+    world = std::max(world, f.rank + 1);
+    for (const Json& p : f.json.value("peers", Json::array()))
+      world = std::max(world, p.value("rank", -1) + 1);
+    for (const Json& c : f.json.value("channels", Json::array())) {
+      ChannelInfo& info = channel_info[c.value("id", 0u)];
+      info.name = c.value("name", "");
+      info.group = c.value("group", info.name);
+      info.members = c.value("members", std::vector<int>{});
+    }
+  }
+  std::vector<std::string> source;
+  const std::vector<runtime::RankPosition> positions =
+      rank_positions(files, world, now, channel_info, source);
+
+  nlohmann::ordered_json out;
+  out["directory"] = dir.string();
+  out["files"] = nlohmann::ordered_json::array();
+  std::set<int> have;
+  for (const FlightFile& f : files) {
+    have.insert(f.rank);
+    out["files"].push_back(
+        {{"rank", f.rank}, {"host", f.host}, {"reason", f.reason}, {"time", f.time}});
+  }
+  out["missing"] = nlohmann::ordered_json::array();
+  for (int r = 0; r < world; ++r) {
+    if (!have.count(r)) out["missing"].push_back(r);
+  }
+  WaitingMap waiting;
+  WaitedByRank waited_by_rank;
+  find_waiting(files, waiting, waited_by_rank);
+  out["hangs"] = hangs_json(waiting, channel_info, positions);
+  out["channels"] = channels_json(channel_info, positions, source, world, waited_by_rank);
   return out;
 }
 
