@@ -104,6 +104,10 @@ struct OfflineEvaluator::Impl {
   std::map<std::string, std::unique_ptr<runtime::TensorBoardWriter>> tensorboards;  // by run dir
   nlohmann::ordered_json record_of(const CheckpointDecision& decision, const EvalResult& result,
                                    std::int64_t batch, const std::string& metric);
+  /// The fields every result record opens with: the checkpoint, its data, the grid and the
+  /// batch. Local.
+  nlohmann::ordered_json record_head(const CheckpointDecision& decision, std::int64_t batch,
+                                     const std::string& precision) const;
   int evaluate_dirs(const std::string& run_dir, const std::vector<std::string>& dirs,
                     int& evaluated, int& done, std::vector<std::string>& bad);
   void print_table();
@@ -181,30 +185,46 @@ std::int64_t OfflineEvaluator::Impl::batch_size(const CheckpointDecision& decisi
   return it->second.chosen;
 }
 
+nlohmann::ordered_json OfflineEvaluator::Impl::record_head(const CheckpointDecision& decision,
+                                                           std::int64_t batch,
+                                                           const std::string& precision) const {
+  const auto& grid = env.grid;
+  return {{"checkpoint", absolute(decision.dir)},
+          {"step", decision.step},
+          {"epoch", decision.epoch},
+          {"split", decision.key.split},
+          {"data", absolute(decision.data_path)},
+          {"data_xxh3", decision.key.data_xxh3},
+          {"data_bytes", decision.data_bytes},
+          {"world_size", grid.world_size()},
+          {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
+          {"device", env.device.device},
+          {"threads", env.device.threads},
+          {"batch_size", batch},
+          {"batch_size_requested", decision.key.batch_size},
+          {"max_samples", decision.key.max_samples},
+          {"precision", precision}};
+}
+
+namespace {
+
+// The fields every result record closes with: its metric, config, version and time.
+void stamp_record(nlohmann::ordered_json& record, const CheckpointDecision& decision,
+                  const std::string& metric) {
+  record["metric"] = metric;
+  record["config"] = absolute(decision.config_origin);
+  record["hpctrain_version"] = HPCTRAIN_VERSION;
+  record["created_at"] = utc_timestamp();
+}
+
+}  // namespace
+
 nlohmann::ordered_json OfflineEvaluator::Impl::record_of(const CheckpointDecision& decision,
                                                          const EvalResult& r, std::int64_t batch,
                                                          const std::string& metric) {
-  const auto& grid = env.grid;
-  nlohmann::ordered_json j{{"checkpoint", absolute(decision.dir)},
-                           {"step", decision.step},
-                           {"epoch", decision.epoch},
-                           {"split", decision.key.split},
-                           {"data", absolute(decision.data_path)},
-                           {"data_xxh3", decision.key.data_xxh3},
-                           {"data_bytes", decision.data_bytes},
-                           {"world_size", grid.world_size()},
-                           {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
-                           {"device", env.device.device},
-                           {"threads", env.device.threads},
-                           {"batch_size", batch},
-                           {"batch_size_requested", decision.key.batch_size},
-                           {"max_samples", decision.key.max_samples},
-                           {"precision", decision.key.precision}};
+  nlohmann::ordered_json j = record_head(decision, batch, decision.key.precision);
   add_result_fields(j, r);
-  j["metric"] = metric;
-  j["config"] = absolute(decision.config_origin);
-  j["hpctrain_version"] = HPCTRAIN_VERSION;
-  j["created_at"] = utc_timestamp();
+  stamp_record(j, decision, metric);
   return j;
 }
 
@@ -449,35 +469,17 @@ Outcome OfflineEvaluator::Impl::run_choice(const std::string& run_dir,
   o.batch_size = std::stoll(decision.key.batch_size);
   o.max_examples = decision.key.max_samples;
   const ChoiceResult r = evaluate_multiple_choice(*built, examples, *env.control.dp, o);
-  const auto& grid = env.grid;
-  nlohmann::ordered_json record{{"checkpoint", absolute(decision.dir)},
-                                {"step", decision.step},
-                                {"epoch", decision.epoch},
-                                {"split", decision.key.split},
-                                {"data", absolute(decision.data_path)},
-                                {"data_xxh3", decision.key.data_xxh3},
-                                {"data_bytes", decision.data_bytes},
-                                {"world_size", grid.world_size()},
-                                {"grid", {{"dp", grid.dp_size()}, {"tp", grid.tp_size()}}},
-                                {"device", env.device.device},
-                                {"threads", env.device.threads},
-                                {"batch_size", o.batch_size},
-                                {"batch_size_requested", decision.key.batch_size},
-                                {"max_samples", decision.key.max_samples},
-                                {"precision", "fp32"},
-                                {"task", "multiple_choice"},
-                                {"samples", r.examples},
-                                {"eval_seconds", r.seconds},
-                                {"samples_per_s", r.examples_per_second}};
+  nlohmann::ordered_json record = record_head(decision, o.batch_size, "fp32");
+  record["task"] = "multiple_choice";
+  record["samples"] = r.examples;
+  record["eval_seconds"] = r.seconds;
+  record["samples_per_s"] = r.examples_per_second;
   const nlohmann::ordered_json fields = choice_json(r);
   for (const auto& [k, v] : fields.items()) record[k] = v;
   // Each example's chosen ending (by sum, by sum per token): the choices behind the accuracy.
   record["chosen"] = r.chosen;
   record["chosen_norm"] = r.chosen_norm;
-  record["metric"] = "accuracy";
-  record["config"] = absolute(decision.config_origin);
-  record["hpctrain_version"] = HPCTRAIN_VERSION;
-  record["created_at"] = utc_timestamp();
+  stamp_record(record, decision, "accuracy");
   record["key"] = decision.key.to_json();
   commit(store, decision, record, "accuracy", [&](const nlohmann::json& best) {
     log::info(str("eval step ", decision.step, " (multiple choice, ", decision.data_path,
