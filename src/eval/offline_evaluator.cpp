@@ -62,6 +62,16 @@ std::string run_dir_of_checkpoint(const std::string& dir) {
 // How one checkpoint ended: evaluated now, had a result, vanished, or does not verify.
 enum class Outcome { kEvaluated, kDone, kGone, kBad };
 
+// What a checkpoint's evaluation reads before its weights: the run's config, data and model.
+struct Loaded {
+  std::optional<RunConfig> config;
+  data::Dataset* data = nullptr;
+  model::Model* model = nullptr;
+  std::vector<std::vector<data::ChoiceExample>> task_examples;  // eval.tasks of the run
+  bool compressed_checkpoint = false;
+  bool compress_now = false;
+};
+
 struct OfflineEvaluator::Impl {
   comm::Environment env;
   OfflineOptions options;
@@ -90,6 +100,27 @@ struct OfflineEvaluator::Impl {
                           data::Dataset& data, const std::string& model_text,
                           nlohmann::ordered_json& record);
   Outcome run_one(const std::string& run_dir, const std::string& dir, bool strict);
+  // run_one's parts, in its order; each is Collective over the world, as run_one is.
+  /// A verdict that ends the checkpoint's turn before any evaluation (an error is thrown).
+  std::optional<Outcome> settled(const CheckpointDecision& decision, const std::string& dir,
+                                 bool strict);
+  /// The stored config, its data and model, the run's eval.tasks read; errors agreed on.
+  Loaded load_inputs(const CheckpointDecision& decision);
+  /// Loads the checkpoint into `records`; an outcome when it vanished or fails (not strict).
+  std::optional<Outcome> load_weights(const std::string& run_dir, const std::string& dir,
+                                      std::vector<checkpoint::TensorRecord>& records, bool strict);
+  /// The float32 baseline of a compressed evaluation, the model compressed; the report so far.
+  nlohmann::ordered_json compress(const std::string& run_dir, const std::string& dir,
+                                  const CheckpointDecision& decision, Loaded& in,
+                                  std::vector<checkpoint::TensorRecord>& records,
+                                  std::map<std::string, model::Int8Weight>& int8,
+                                  const EvalOptions& eval_options,
+                                  std::optional<EvalResult>& baseline);
+  /// --compare-fp32: the bf16 result against an fp32 evaluation of the same model.
+  nlohmann::ordered_json compare_fp32(Loaded& in, const EvalOptions& eval_options,
+                                      const EvalResult& result);
+  /// The run's eval.tasks scored, as its periodic evaluation records them.
+  nlohmann::ordered_json score_tasks(const CheckpointDecision& decision, Loaded& in);
   /// run_one's evaluation for --task multiple-choice (after the decision). Collective.
   Outcome run_choice(const std::string& run_dir, const CheckpointDecision& decision,
                      ResultStore& store);
@@ -250,17 +281,8 @@ void save_outputs(const std::string& path, const std::vector<torch::Tensor>& bat
 
 }  // namespace
 
-Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::string& dir,
-                                        bool strict) {
-  ResultStore store = store_for(run_dir);
-  std::string text;
-  if (is_rank0()) {
-    text = triage.decide(run_dir, dir, store)
-               .to_json()
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  }
-  const CheckpointDecision decision =
-      CheckpointDecision::from_json(nlohmann::json::parse(decide(text)));
+std::optional<Outcome> OfflineEvaluator::Impl::settled(const CheckpointDecision& decision,
+                                                       const std::string& dir, bool strict) {
   // Decided on rank 0 and broadcast: every rank raises it, world rank 0 prints it (one message).
   if (decision.verdict == detail::Verdict::kError)
     throw AgreedError(decision.message, decision.code);
@@ -275,49 +297,42 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     log::warn(str("skipped: ", decision.message));
     return Outcome::kBad;
   }
-  last_key = decision.key;
-  last_store = store.dir();
-  if (decision.verdict == detail::Verdict::kDone) {
-    log::info(str("step ", decision.step, ": already evaluated (", decision.result_file, ")"));
-    return Outcome::kDone;
-  }
+  return std::nullopt;
+}
 
-  if (!options.choice_file.empty()) return run_choice(run_dir, decision, store);
+Loaded OfflineEvaluator::Impl::load_inputs(const CheckpointDecision& decision) {
   // Every rank: the same config text, so the same model, data and errors everywhere; an error
   // is agreed on and printed once (comm/startup_agreement.hpp).
-  const bool compressed_checkpoint = !decision.compression.is_null();
-  const bool compress_now = options.compression.any();
-  std::optional<RunConfig> stored;
-  data::Dataset* data_file = nullptr;
-  model::Model* built = nullptr;
-  std::vector<std::vector<data::ChoiceExample>> task_examples;  // eval.tasks of the run
+  Loaded in;
+  in.compressed_checkpoint = !decision.compression.is_null();
+  in.compress_now = options.compression.any();
   comm::StartupAgreement(*env.control.world).run([&] {
-    stored.emplace(decision.config_text, decision.config_origin);
-    data_file = &dataset(decision, *stored);
-    built = &model_for(*stored);
-    built->clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
-    check_data_fits_model(*built, *data_file, decision.data_key, stored->model().vocab_size);
-    if ((compressed_checkpoint || compress_now) && env.grid.tp_size() > 1) {
+    in.config.emplace(decision.config_text, decision.config_origin);
+    in.data = &dataset(decision, *in.config);
+    in.model = &model_for(*in.config);
+    in.model->clear_int8_linears();  // a cached model may run a previous checkpoint's int8 layers
+    check_data_fits_model(*in.model, *in.data, decision.data_key, in.config->model().vocab_size);
+    if ((in.compressed_checkpoint || in.compress_now) && env.grid.tp_size() > 1) {
       throw ConfigError(
           str("compressed evaluation runs on the whole logical model: use --tp 1 (a "
               "tensor-parallel checkpoint is gathered to its logical tensors)"));
     }
-    const auto& tasks = stored->eval_tasks();
-    if (!tasks.empty() && !compressed_checkpoint && !compress_now) {
-      const auto tokenizer = data::load_tokenizer(stored->data().tokenizer);
+    const auto& tasks = in.config->eval_tasks();
+    if (!tasks.empty() && !in.compressed_checkpoint && !in.compress_now) {
+      const auto tokenizer = data::load_tokenizer(in.config->data().tokenizer);
       for (std::size_t i = 0; i < tasks.size(); ++i) {
-        task_examples.push_back(data::read_multiple_choice(
+        in.task_examples.push_back(data::read_multiple_choice(
             tasks[i].path, *tokenizer,
             str("eval.tasks[", i, "].path (", decision.config_origin, ")")));
       }
     }
   });
-  RunConfig& config = *stored;
-  data::Dataset& data = *data_file;
-  model::Model& model = *built;
-  std::map<std::string, model::Int8Weight> int8;
-  auto records = compressed_checkpoint ? compressed_records(model, decision.compression, int8)
-                                       : model_records(model);
+  return in;
+}
+
+std::optional<Outcome> OfflineEvaluator::Impl::load_weights(
+    const std::string& run_dir, const std::string& dir,
+    std::vector<checkpoint::TensorRecord>& records, bool strict) {
   try {
     manager(run_dir).load(dir, records);
   } catch (const CheckpointError& e) {
@@ -331,6 +346,97 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     log::warn(str("skipped: ", e.what()));
     return Outcome::kBad;
   }
+  return std::nullopt;
+}
+
+nlohmann::ordered_json OfflineEvaluator::Impl::compress(
+    const std::string& run_dir, const std::string& dir, const CheckpointDecision& decision,
+    Loaded& in, std::vector<checkpoint::TensorRecord>& records,
+    std::map<std::string, model::Int8Weight>& int8, const EvalOptions& eval_options,
+    std::optional<EvalResult>& baseline) {
+  // Compressed evaluation: the float32 model first (the source checkpoint, or this one before
+  // compressing it in memory), then the compressed one, on the same data and batches.
+  model::Model& model = *in.model;
+  nlohmann::ordered_json compression;
+  if (in.compressed_checkpoint) {
+    compression = decision.compression;
+    if (!decision.baseline_dir.empty()) {
+      auto float_records = model_records(model);
+      manager(run_dir).load(decision.baseline_dir, float_records);
+      baseline = evaluate(model, *in.data, *env.control.dp, eval_options);
+      manager(run_dir).load(dir, records);
+    } else {
+      log::warn(str(dir, ": ", decision.baseline_note));
+    }
+    install_int8(model, int8);
+  } else if (in.compress_now) {
+    baseline = evaluate(model, *in.data, *env.control.dp, eval_options);
+    CompressedModel compressed = compress_model(model, options.compression);
+    compression = compressed.report;
+    compression["source"] = absolute(dir);
+  }
+  return compression;
+}
+
+nlohmann::ordered_json OfflineEvaluator::Impl::compare_fp32(Loaded& in,
+                                                            const EvalOptions& eval_options,
+                                                            const EvalResult& result) {
+  EvalOptions fp32 = eval_options;
+  fp32.precision = Precision::kFp32;
+  const EvalResult ref = evaluate(*in.model, *in.data, *env.control.dp, fp32);
+  nlohmann::ordered_json cmp{{"fp32_loss", ref.loss},
+                             {"fp32_accuracy", ref.accuracy},
+                             {"loss_diff", result.loss - ref.loss},
+                             {"accuracy_diff", result.accuracy - ref.accuracy}};
+  if (ref.task == Task::kLanguageModel) {
+    cmp["fp32_perplexity"] = ref.perplexity;
+    cmp["perplexity_diff"] = result.perplexity - ref.perplexity;
+  }
+  cmp["fp32_samples_per_s"] = ref.samples_per_second;
+  return cmp;
+}
+
+nlohmann::ordered_json OfflineEvaluator::Impl::score_tasks(const CheckpointDecision& decision,
+                                                           Loaded& in) {
+  nlohmann::ordered_json tasks = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < in.task_examples.size(); ++i) {
+    const EvalTask& t = in.config->eval_tasks()[i];
+    const ChoiceResult r = evaluate_multiple_choice(*in.model, in.task_examples[i], *env.control.dp,
+                                                    ChoiceOptions{t.batch_size, t.max_examples});
+    tasks[t.name] = choice_json(r);
+    log::info(str("eval step ", decision.step, " task ", t.name, ": ", choice_text(r)));
+  }
+  return tasks;
+}
+
+Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::string& dir,
+                                        bool strict) {
+  ResultStore store = store_for(run_dir);
+  std::string text;
+  if (is_rank0()) {
+    text = triage.decide(run_dir, dir, store)
+               .to_json()
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  const CheckpointDecision decision =
+      CheckpointDecision::from_json(nlohmann::json::parse(decide(text)));
+  if (const auto outcome = settled(decision, dir, strict)) return *outcome;
+  last_key = decision.key;
+  last_store = store.dir();
+  if (decision.verdict == detail::Verdict::kDone) {
+    log::info(str("step ", decision.step, ": already evaluated (", decision.result_file, ")"));
+    return Outcome::kDone;
+  }
+
+  if (!options.choice_file.empty()) return run_choice(run_dir, decision, store);
+  Loaded in = load_inputs(decision);
+  RunConfig& config = *in.config;
+  data::Dataset& data = *in.data;
+  model::Model& model = *in.model;
+  std::map<std::string, model::Int8Weight> int8;
+  auto records = in.compressed_checkpoint ? compressed_records(model, decision.compression, int8)
+                                          : model_records(model);
+  if (const auto outcome = load_weights(run_dir, dir, records, strict)) return *outcome;
 
   const std::string metric = metric_name(config.eval().metric_for(model.task()));
   nlohmann::ordered_json extra;
@@ -340,27 +446,9 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   eval_options.precision = decision.precision;  // fp16: CUDA only, float32 on CPU
   if (config.tf32()) compat::set_tf32({*config.tf32(), *config.tf32()});
   eval_options.prefetch = options.prefetch;
-  // Compressed evaluation: the float32 model first (the source checkpoint, or this one before
-  // compressing it in memory), then the compressed one, on the same data and batches.
   std::optional<EvalResult> baseline;
-  nlohmann::ordered_json compression;
-  if (compressed_checkpoint) {
-    compression = decision.compression;
-    if (!decision.baseline_dir.empty()) {
-      auto float_records = model_records(model);
-      manager(run_dir).load(decision.baseline_dir, float_records);
-      baseline = evaluate(model, data, *env.control.dp, eval_options);
-      manager(run_dir).load(dir, records);
-    } else {
-      log::warn(str(dir, ": ", decision.baseline_note));
-    }
-    install_int8(model, int8);
-  } else if (compress_now) {
-    baseline = evaluate(model, data, *env.control.dp, eval_options);
-    CompressedModel compressed = compress_model(model, options.compression);
-    compression = compressed.report;
-    compression["source"] = absolute(dir);
-  }
+  nlohmann::ordered_json compression =
+      compress(run_dir, dir, decision, in, records, int8, eval_options, baseline);
   std::vector<torch::Tensor> outputs;
   if (!options.save_outputs.empty()) {
     eval_options.on_outputs = [&outputs](std::int64_t, const torch::Tensor& batch) {
@@ -371,7 +459,7 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
   if (!options.save_outputs.empty()) save_outputs(options.save_outputs, outputs);
   nlohmann::ordered_json record = record_of(decision, result, eval_options.batch_size, metric);
   std::string compression_warning;
-  if (compressed_checkpoint || compress_now) {
+  if (in.compressed_checkpoint || in.compress_now) {
     if (baseline) {
       compression["float32"] =
           compare_with_float32(result, *baseline, options.max_drop, compression_warning);
@@ -380,35 +468,13 @@ Outcome OfflineEvaluator::Impl::run_one(const std::string& run_dir, const std::s
     record["compression"] = compression;
   }
   if (eval_options.precision == Precision::kBf16 && options.compare_fp32) {
-    EvalOptions fp32 = eval_options;
-    fp32.precision = Precision::kFp32;
-    const EvalResult ref = evaluate(model, data, *env.control.dp, fp32);
-    nlohmann::ordered_json cmp{{"fp32_loss", ref.loss},
-                               {"fp32_accuracy", ref.accuracy},
-                               {"loss_diff", result.loss - ref.loss},
-                               {"accuracy_diff", result.accuracy - ref.accuracy}};
-    if (ref.task == Task::kLanguageModel) {
-      cmp["fp32_perplexity"] = ref.perplexity;
-      cmp["perplexity_diff"] = result.perplexity - ref.perplexity;
-    }
-    cmp["fp32_samples_per_s"] = ref.samples_per_second;
-    record["bf16_vs_fp32"] = cmp;
+    record["bf16_vs_fp32"] = compare_fp32(in, eval_options, result);
   }
   record["cost"] = detail::cost_record(decision.training_cost, model.forward_flops_per_sample(),
                                        decision.consumed_samples, result.seconds,
                                        env.grid.world_size(), result.samples);
   for (auto& [k, v] : extra.items()) record[k] = v;
-  if (!task_examples.empty()) {  // the run's eval.tasks, as its periodic evaluation records them
-    nlohmann::ordered_json tasks = nlohmann::ordered_json::object();
-    for (std::size_t i = 0; i < task_examples.size(); ++i) {
-      const EvalTask& t = config.eval_tasks()[i];
-      const ChoiceResult r = evaluate_multiple_choice(model, task_examples[i], *env.control.dp,
-                                                      ChoiceOptions{t.batch_size, t.max_examples});
-      tasks[t.name] = choice_json(r);
-      log::info(str("eval step ", decision.step, " task ", t.name, ": ", choice_text(r)));
-    }
-    record["tasks"] = tasks;
-  }
+  if (!in.task_examples.empty()) record["tasks"] = score_tasks(decision, in);
   record["key"] = decision.key.to_json();
 
   commit(store, decision, record, metric, [&](const nlohmann::json& best) {
