@@ -9,6 +9,8 @@
 
 #include "hpctrain/data/dataset.hpp"
 #include "hpctrain/data/hdf5_util.hpp"
+#include "hpctrain/runtime/error.hpp"
+#include "hpctrain/runtime/strings.hpp"
 
 namespace hpctrain::data::detail {
 
@@ -78,6 +80,39 @@ std::unique_ptr<Dataset> open_file(const std::string& path, const DatasetExpecta
 
 /// FNV-1a of what validation found in a file and its size (DataFileRecord::checksum). Local.
 std::string metadata_checksum(const DatasetInfo& info);
+
+// What the token-stream readers (HDF5 /tokens, Megatron .bin/.idx) share.
+
+/// The samples (windows of seq_len + 1 tokens, overlapping by one) in a stream of `num_tokens`;
+/// throws DataError naming `where` when the stream does not fill one. Local.
+std::int64_t token_windows(std::int64_t num_tokens, std::int64_t seq_len, const std::string& where);
+
+/// Throws DataError naming `label` when a stream's `num_samples` windows of `seq_len` fill no
+/// global batch of `min_samples` (DatasetExpectation::min_samples). Local.
+void require_token_batch(const std::string& label, std::int64_t num_samples, std::int64_t seq_len,
+                         std::int64_t num_tokens, std::int64_t min_samples);
+
+/// Throws DataError naming `where` and the stream position of the first of `count` token ids
+/// (the stream's from `begin`) outside [0, vocab_size); `fix` ends the message: which vocabulary
+/// that is and what to change. Local.
+template <typename Id>
+void check_token_ids(const Id* ids, std::int64_t count, std::int64_t begin, std::int64_t vocab_size,
+                     const std::string& where, const char* fix) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    const Id token = ids[i];
+    if (token < 0 || token >= vocab_size) {
+      throw DataError(str(where, ": token id ", token, " at position ", begin + i,
+                          " is outside the vocabulary [0, ", vocab_size, ")", fix));
+    }
+  }
+}
+
+/// The DatasetInfo of a language-model token stream of `num_tokens` ids of `token_bytes` each
+/// (dtype `dtype`) cut into `num_samples` windows of `seq_len`. Local.
+DatasetInfo token_stream_info(const std::string& path, std::int64_t num_samples,
+                              std::int64_t seq_len, const std::string& dtype,
+                              std::int64_t vocab_size, std::int64_t num_tokens,
+                              std::int64_t token_bytes);
 
 std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string& path,
                                              const DatasetExpectation& expect,

@@ -335,28 +335,10 @@ std::unique_ptr<Dataset> open_megatron(const std::string& prefix, const DatasetE
   }
   const std::int64_t num_tokens = index.starts.back();
   const std::int64_t seq_len = expect.seq_len;
-  const std::int64_t num_samples = num_tokens > 0 ? (num_tokens - 1) / seq_len : 0;
-  if (num_samples < 1) {
-    throw DataError(str(label, ": holds ", num_tokens,
-                        " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1,
-                        ": use a shorter seq_len or more text"));
-  }
-  if (num_samples < expect.min_samples) {
-    throw DataError(str(label, ": holds ", num_samples, " samples of seq_len ", seq_len, " (",
-                        num_tokens, " tokens), fewer than one global batch of ", expect.min_samples,
-                        " (data.batch_size x data-parallel ranks): use a smaller data.batch_size, "
-                        "a shorter seq_len, fewer ranks, or more text"));
-  }
-  DatasetInfo info;
-  info.path = prefix;
-  info.kind = DatasetKind::kLanguageModel;
-  info.num_samples = num_samples;
-  info.sample_shape = {seq_len};
-  info.input_dtype = index.type.name;
-  info.vocab_size = vocab_size;
-  info.seq_len = seq_len;
-  info.num_tokens = num_tokens;
-  info.sample_bytes = (seq_len + 1) * index.type.bytes;
+  const std::int64_t num_samples = token_windows(num_tokens, seq_len, label);
+  require_token_batch(label, num_samples, seq_len, num_tokens, expect.min_samples);
+  DatasetInfo info = token_stream_info(prefix, num_samples, seq_len, index.type.name, vocab_size,
+                                       num_tokens, index.type.bytes);
   const std::string bin_where = str(label, ", '", clip(bin_path), "'");
   auto dataset = std::make_unique<MegatronDataset>(std::move(idx), std::move(bin), std::move(index),
                                                    std::move(info), bin_where);
@@ -368,15 +350,9 @@ std::unique_ptr<Dataset> open_megatron(const std::string& prefix, const DatasetE
       const std::int64_t count = std::min(kBlock, num_tokens - begin);
       block.resize(static_cast<std::size_t>(count));
       dataset->tokens(begin, count, block.data());
-      for (std::int64_t i = 0; i < count; ++i) {
-        const std::int64_t token = block[static_cast<std::size_t>(i)];
-        if (token < 0 || token >= vocab_size) {
-          throw DataError(str(bin_where, ": token id ", token, " at position ", begin + i,
-                              " is outside the vocabulary [0, ", vocab_size,
-                              ") of the model (model.vocab_size): set vocab_size to the "
-                              "tokenizer's, or prepare the data with the model's tokenizer"));
-        }
-      }
+      check_token_ids(block.data(), count, begin, vocab_size, bin_where,
+                      " of the model (model.vocab_size): set vocab_size to the tokenizer's, or "
+                      "prepare the data with the model's tokenizer");
     }
   }
   return dataset;

@@ -114,6 +114,44 @@ class TokenDataset final : public Dataset {
 
 }  // namespace
 
+std::int64_t token_windows(std::int64_t num_tokens, std::int64_t seq_len,
+                           const std::string& where) {
+  const std::int64_t num_samples = num_tokens > 0 ? (num_tokens - 1) / seq_len : 0;
+  if (num_samples < 1) {
+    throw DataError(str(where, ": holds ", num_tokens,
+                        " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1,
+                        ": use a shorter seq_len or more text"));
+  }
+  return num_samples;
+}
+
+void require_token_batch(const std::string& label, std::int64_t num_samples, std::int64_t seq_len,
+                         std::int64_t num_tokens, std::int64_t min_samples) {
+  if (num_samples < min_samples) {
+    throw DataError(str(label, ": holds ", num_samples, " samples of seq_len ", seq_len, " (",
+                        num_tokens, " tokens), fewer than one global batch of ", min_samples,
+                        " (data.batch_size x data-parallel ranks): use a smaller data.batch_size, "
+                        "a shorter seq_len, fewer ranks, or more text"));
+  }
+}
+
+DatasetInfo token_stream_info(const std::string& path, std::int64_t num_samples,
+                              std::int64_t seq_len, const std::string& dtype,
+                              std::int64_t vocab_size, std::int64_t num_tokens,
+                              std::int64_t token_bytes) {
+  DatasetInfo info;
+  info.path = path;
+  info.kind = DatasetKind::kLanguageModel;
+  info.num_samples = num_samples;
+  info.sample_shape = {seq_len};
+  info.input_dtype = dtype;
+  info.vocab_size = vocab_size;
+  info.seq_len = seq_len;
+  info.num_tokens = num_tokens;
+  info.sample_bytes = (seq_len + 1) * token_bytes;
+  return info;
+}
+
 std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
                                      const DatasetExpectation& expect, const ReadOptions& options) {
   const std::string label = file_label(path, expect.config_key);
@@ -156,12 +194,7 @@ std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
 
   const std::int64_t num_tokens = dims[0];
   const std::int64_t seq_len = expect.seq_len;
-  const std::int64_t num_samples = num_tokens > 0 ? (num_tokens - 1) / seq_len : 0;
-  if (num_samples < 1) {
-    throw DataError(str(where, ": holds ", num_tokens,
-                        " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1,
-                        ": use a shorter seq_len or more text"));
-  }
+  const std::int64_t num_samples = token_windows(num_tokens, seq_len, where);
 
   // One pass over the stream: every id must index the embedding.
   const bool uint16 = dtype == "uint16";
@@ -176,34 +209,14 @@ std::unique_ptr<Dataset> open_tokens(h5::Handle file, const std::string& path,
     HPCTRAIN_H5(
         H5Dread(probe.get(), H5T_NATIVE_INT32, mem.get(), space.get(), H5P_DEFAULT, block.data()),
         where);
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int32_t token = block[static_cast<std::size_t>(i)];
-      if (token < 0 || token >= vocab_size) {
-        throw DataError(str(where, ": token id ", token, " at position ", begin + i,
-                            " is outside the vocabulary [0, ", vocab_size,
-                            ") (attribute vocab_size): fix the tokenizer output or the "
-                            "vocab_size attribute"));
-      }
-    }
+    check_token_ids(block.data(), count, begin, vocab_size, where,
+                    " (attribute vocab_size): fix the tokenizer output or the vocab_size "
+                    "attribute");
   }
+  require_token_batch(label, num_samples, seq_len, num_tokens, expect.min_samples);
 
-  if (num_samples < expect.min_samples) {
-    throw DataError(str(label, ": holds ", num_samples, " samples of seq_len ", seq_len, " (",
-                        num_tokens, " tokens), fewer than one global batch of ", expect.min_samples,
-                        " (data.batch_size x data-parallel ranks): use a smaller data.batch_size, "
-                        "a shorter seq_len, fewer ranks, or more text"));
-  }
-
-  DatasetInfo info;
-  info.path = path;
-  info.kind = DatasetKind::kLanguageModel;
-  info.num_samples = num_samples;
-  info.sample_shape = {seq_len};
-  info.input_dtype = dtype;
-  info.vocab_size = vocab_size;
-  info.seq_len = seq_len;
-  info.num_tokens = num_tokens;
-  info.sample_bytes = (seq_len + 1) * (uint16 ? 2 : 4);
+  DatasetInfo info =
+      token_stream_info(path, num_samples, seq_len, dtype, vocab_size, num_tokens, uint16 ? 2 : 4);
   space.reset();
   probe.reset();
   h5::Handle tokens = open_cached(file.get(), "tokens", uint16 ? 2 : 4, options, where, info);
