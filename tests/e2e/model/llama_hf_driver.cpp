@@ -9,9 +9,6 @@
 // report goes to stdout. Exit: 0, the error's exit code (4: the folder does not fit; 2: the
 // config), 2 usage.
 
-#include <fstream>
-#include <iostream>
-
 #include "hpctrain/checkpoint/init_from.hpp"
 #include "hpctrain/comm/mpi_communicator.hpp"
 #include "hpctrain/model/model.hpp"
@@ -22,18 +19,9 @@
 #include "hpctrain/runtime/log.hpp"
 #include "hpctrain/runtime/process_grid.hpp"
 #include "hpctrain/runtime/runtime.hpp"
+#include "logits_driver.hpp"
 
-namespace {
-
-std::int64_t option(int argc, char** argv, const std::string& name) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (argv[i] == name) return std::stoll(argv[i + 1]);
-  }
-  std::cerr << "llama_hf_driver: missing " << name << "\n";
-  std::exit(2);
-}
-
-}  // namespace
+namespace t = hpctrain::testing;
 
 int main(int argc, char** argv) {
   if (argc < 12) {
@@ -44,37 +32,28 @@ int main(int argc, char** argv) {
   hpctrain::log::configure(runtime.world_rank(), runtime.host(), hpctrain::log::Level::kInfo,
                            false);
   const std::string config_path = argv[1], tokens_path = argv[2], out_path = argv[3];
-  const std::int64_t batch = option(argc, argv, "--batch");
-  const std::int64_t seq = option(argc, argv, "--seq");
-  const int tp_size = static_cast<int>(option(argc, argv, "--tp"));
-  const int pp_size = static_cast<int>(option(argc, argv, "--pp"));
+  const std::int64_t batch = t::int_option(argc, argv, "--batch", "llama_hf_driver");
+  const std::int64_t seq = t::int_option(argc, argv, "--seq", "llama_hf_driver");
+  const int tp_size = static_cast<int>(t::int_option(argc, argv, "--tp", "llama_hf_driver"));
+  const int pp_size = static_cast<int>(t::int_option(argc, argv, "--pp", "llama_hf_driver"));
   hpctrain::runtime::ProcessGrid grid(runtime, tp_size, pp_size);
   auto tp = std::make_shared<hpctrain::comm::MpiCommunicator>(grid.tp_comm(), "tp",
                                                               /*async_thread=*/true);
   auto pp = std::make_shared<hpctrain::comm::MpiCommunicator>(grid.pp_comm(), "pp",
                                                               /*async_thread=*/false);
-  try {
+  return t::run_driver([&] {
     hpctrain::Config config = hpctrain::Config::load(config_path);
     hpctrain::ConfigSection section = config.section("model");
     const auto spec = hpctrain::model::ModelSpec::from(section);
     hpctrain::model::PipelinePart part;
     part.pp = pp_size;
     part.rank = pp->rank();
-    hpctrain::model::ModelContext ctx{tp, grid.tp_rank(), tp_size, 1234, part};
-    auto model = hpctrain::model::build_model(section, ctx);
+    auto model = t::build_driver_model(section, tp, grid, tp_size, part);
     config.check_unknown_keys();
     const auto report =
         hpctrain::checkpoint::init_model_from(*model, spec.init_from, grid.tp_rank(), tp_size);
-    if (runtime.world_rank() == 0) {
-      std::cout << "initialised " << report.parameters << " parameters from " << report.source
-                << "\n";
-      for (const auto& note : report.notes) std::cout << "note: " << note << "\n";
-      for (const auto& warning : report.warnings) std::cout << "warning: " << warning << "\n";
-    }
-    torch::Tensor tokens = torch::empty({batch, seq}, torch::kLong);
-    std::ifstream in(tokens_path, std::ios::binary);
-    in.read(static_cast<char*>(tokens.data_ptr()), tokens.numel() * 8);
-    if (!in) throw hpctrain::Error("cannot read " + tokens_path);
+    if (runtime.world_rank() == 0) t::print_load_report(report, /*with_warnings=*/true);
+    const torch::Tensor tokens = t::read_tokens(tokens_path, batch, seq);
     model->eval();
     torch::NoGradGuard no_grad;
     torch::Tensor local;
@@ -91,15 +70,7 @@ int main(int argc, char** argv) {
       const torch::Tensor logits =
           hpctrain::parallel::gather_logical(local, {{batch, seq, spec.vocab_size}, 2}, tp)
               .contiguous();
-      if (grid.tp_rank() == 0) {
-        std::ofstream out(out_path, std::ios::binary);
-        out.write(static_cast<const char*>(logits.data_ptr()), logits.numel() * 4);
-        if (!out) throw hpctrain::Error("cannot write " + out_path);
-      }
+      if (grid.tp_rank() == 0) t::write_logits(logits, out_path);
     }
-  } catch (const hpctrain::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return e.exit_code();
-  }
-  return 0;
+  });
 }
