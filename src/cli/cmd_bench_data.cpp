@@ -48,6 +48,100 @@ struct Phase {
   double wait_seconds = 0;
 };
 
+// The global batches in order (warm-up, then timed), int64 little-endian, for the h5py side.
+void write_indices(const data::TrainSampler& sampler, const BenchDataOptions& opt) {
+  std::ofstream out(opt.indices_out, std::ios::binary);
+  data::SamplerState state;
+  for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
+    auto batch = sampler.next_global_batch(state);
+    out.write(reinterpret_cast<const char*>(batch.data()),
+              static_cast<std::streamsize>(batch.size() * sizeof(std::int64_t)));
+  }
+  if (!out) throw Error(str("cannot write --indices-out file '", opt.indices_out, "'"));
+}
+
+// This rank's times: plain reads of the timed steps, then training loops without and with
+// prefetching, each from `timed_start`.
+std::vector<Phase> time_phases(data::Dataset& dataset, const data::TrainSampler& sampler,
+                               const data::SamplerState& timed_start,
+                               const runtime::ProcessGrid& grid, comm::ControlPlane& world,
+                               const BenchDataOptions& opt) {
+  const int dp = grid.dp_size();
+  std::vector<Phase> phases;
+  world.barrier();
+  {
+    Phase phase{"reader (no prefetch, no compute)", -1};
+    auto start = Clock::now();
+    data::SamplerState s = timed_start;
+    for (std::int64_t i = 0; i < opt.steps; ++i) {
+      dataset.read(
+          data::TrainSampler::rank_slice(sampler.next_global_batch(s), grid.dp_rank(), dp));
+    }
+    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    phase.wait_seconds = phase.seconds;
+    phases.push_back(phase);
+  }
+  const auto compute = std::chrono::duration<double, std::milli>(opt.compute_ms);
+  std::vector<int> depths{0};
+  if (opt.prefetch > 0) depths.push_back(opt.prefetch);
+  for (int depth : depths) {
+    world.barrier();
+    Phase phase{str("loop: prefetch ", depth, ", compute ", opt.compute_ms, " ms/step"), depth};
+    auto start = Clock::now();
+    data::TrainLoader loader(dataset, sampler, timed_start, grid.dp_rank(), dp, depth,
+                             timed_start.global_step + opt.steps);
+    data::Batch batch;
+    while (loader.next(batch)) {
+      // Stands in for forward/backward: sleeping leaves the core to the reader thread, as a
+      // step does while it waits in its gradient all-reduce.
+      std::this_thread::sleep_for(compute);
+    }
+    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    phase.wait_seconds = loader.wait_seconds();
+    phases.push_back(phase);
+  }
+  return phases;
+}
+
+// The human-readable table of `j` (the JSON report).
+void print_bench_data_table(const nlohmann::ordered_json& j, const data::DatasetInfo& info,
+                            const BenchDataOptions& opt) {
+  std::string chunks = "none";
+  if (!info.chunk_shape.empty()) {
+    chunks.clear();
+    for (auto d : info.chunk_shape) chunks += (chunks.empty() ? "" : "x") + std::to_string(d);
+  }
+  std::string shape;
+  for (auto d : info.sample_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+  const int world_size = j["world_size"].get<int>();
+  const int dp = j["dp"].get<int>();
+  const int tp = j["tp"].get<int>();
+  const std::int64_t global_batch = j["global_batch"].get<std::int64_t>();
+  std::printf("# hpctrain bench data: %s\n", opt.file.c_str());
+  std::printf("# opened and validated %zu file(s) in %.3f s (slowest of %d ranks)\n",
+              info.files.size(), j["open_seconds"].get<double>(), world_size);
+  std::printf("# %lld samples of %s %s (%lld B), chunks %s, chunk cache %s\n",
+              static_cast<long long>(info.num_samples), shape.c_str(), info.input_dtype.c_str(),
+              static_cast<long long>(info.sample_bytes), chunks.c_str(),
+              format_bytes(static_cast<double>(info.chunk_cache_bytes)).c_str());
+  std::printf(
+      "# %d ranks (dp=%d x tp=%d), batch %lld per rank (global %lld), %lld steps after "
+      "%lld warm-up, %s\n",
+      world_size, dp, tp, static_cast<long long>(opt.batch), static_cast<long long>(global_batch),
+      static_cast<long long>(opt.steps), static_cast<long long>(opt.warmup),
+      opt.shuffle ? str("shuffled (seed ", opt.seed, ")").c_str() : "sequential");
+  std::printf(
+      "# samples/s and MB/s of the whole job (slowest rank); wait = time the loop spent "
+      "in next(), per step, slowest rank\n");
+  std::printf("%-44s %12s %10s %14s\n", "phase", "samples/s", "MB/s", "wait/step(ms)");
+  for (const auto& row : j["rows"]) {
+    std::printf("%-44s %12.0f %10.1f %14.3f\n", row["phase"].get<std::string>().c_str(),
+                row["samples_per_s"].get<double>(), row["mb_per_s"].get<double>(),
+                row["wait_ms_per_step"].get<double>());
+  }
+  std::fflush(stdout);
+}
+
 int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
   Session session = make_session(ctx, opt.tp);
   const auto& grid = *session.grid;
@@ -73,18 +167,7 @@ int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
       world.max(std::chrono::duration<double>(Clock::now() - open_start).count());
   const data::DatasetInfo& info = dataset->info();
   data::TrainSampler sampler(info.num_samples, global_batch, opt.seed, opt.shuffle);
-
-  if (ctx.runtime.world_rank() == 0 && !opt.indices_out.empty()) {
-    // The global batches in order (warm-up, then timed), int64 little-endian, for the h5py side.
-    std::ofstream out(opt.indices_out, std::ios::binary);
-    data::SamplerState state;
-    for (std::int64_t s = 0; s < opt.warmup + opt.steps; ++s) {
-      auto batch = sampler.next_global_batch(state);
-      out.write(reinterpret_cast<const char*>(batch.data()),
-                static_cast<std::streamsize>(batch.size() * sizeof(std::int64_t)));
-    }
-    if (!out) throw Error(str("cannot write --indices-out file '", opt.indices_out, "'"));
-  }
+  if (ctx.runtime.world_rank() == 0 && !opt.indices_out.empty()) write_indices(sampler, opt);
 
   // Warm-up: the same first steps the h5py side skips.
   data::SamplerState state;
@@ -92,41 +175,7 @@ int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
     dataset->read(
         data::TrainSampler::rank_slice(sampler.next_global_batch(state), grid.dp_rank(), dp));
   }
-  const data::SamplerState timed_start = state;
-
-  std::vector<Phase> phases;
-  session.control.world->barrier();
-  {
-    Phase phase{"reader (no prefetch, no compute)", -1};
-    auto start = Clock::now();
-    data::SamplerState s = timed_start;
-    for (std::int64_t i = 0; i < opt.steps; ++i) {
-      dataset->read(
-          data::TrainSampler::rank_slice(sampler.next_global_batch(s), grid.dp_rank(), dp));
-    }
-    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    phase.wait_seconds = phase.seconds;
-    phases.push_back(phase);
-  }
-  const auto compute = std::chrono::duration<double, std::milli>(opt.compute_ms);
-  std::vector<int> depths{0};
-  if (opt.prefetch > 0) depths.push_back(opt.prefetch);
-  for (int depth : depths) {
-    session.control.world->barrier();
-    Phase phase{str("loop: prefetch ", depth, ", compute ", opt.compute_ms, " ms/step"), depth};
-    auto start = Clock::now();
-    data::TrainLoader loader(*dataset, sampler, timed_start, grid.dp_rank(), dp, depth,
-                             timed_start.global_step + opt.steps);
-    data::Batch batch;
-    while (loader.next(batch)) {
-      // Stands in for forward/backward: sleeping leaves the core to the reader thread, as a
-      // step does while it waits in its gradient all-reduce.
-      std::this_thread::sleep_for(compute);
-    }
-    phase.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    phase.wait_seconds = loader.wait_seconds();
-    phases.push_back(phase);
-  }
+  std::vector<Phase> phases = time_phases(*dataset, sampler, state, grid, world, opt);
 
   const double samples = static_cast<double>(opt.steps * global_batch);
   const double bytes = samples * static_cast<double>(info.sample_bytes);
@@ -169,37 +218,7 @@ int run_bench_data(CommandContext& ctx, const BenchDataOptions& opt) {
     print_json(j);
     return 0;
   }
-  std::string chunks = "none";
-  if (!info.chunk_shape.empty()) {
-    chunks.clear();
-    for (auto d : info.chunk_shape) chunks += (chunks.empty() ? "" : "x") + std::to_string(d);
-  }
-  std::string shape;
-  for (auto d : info.sample_shape) shape += (shape.empty() ? "" : "x") + std::to_string(d);
-  std::printf("# hpctrain bench data: %s\n", opt.file.c_str());
-  std::printf("# opened and validated %zu file(s) in %.3f s (slowest of %d ranks)\n",
-              info.files.size(), open_seconds, ctx.runtime.world_size());
-  std::printf("# %lld samples of %s %s (%lld B), chunks %s, chunk cache %s\n",
-              static_cast<long long>(info.num_samples), shape.c_str(), info.input_dtype.c_str(),
-              static_cast<long long>(info.sample_bytes), chunks.c_str(),
-              format_bytes(static_cast<double>(info.chunk_cache_bytes)).c_str());
-  std::printf(
-      "# %d ranks (dp=%d x tp=%d), batch %lld per rank (global %lld), %lld steps after "
-      "%lld warm-up, %s\n",
-      ctx.runtime.world_size(), dp, grid.tp_size(), static_cast<long long>(opt.batch),
-      static_cast<long long>(global_batch), static_cast<long long>(opt.steps),
-      static_cast<long long>(opt.warmup),
-      opt.shuffle ? str("shuffled (seed ", opt.seed, ")").c_str() : "sequential");
-  std::printf(
-      "# samples/s and MB/s of the whole job (slowest rank); wait = time the loop spent "
-      "in next(), per step, slowest rank\n");
-  std::printf("%-44s %12s %10s %14s\n", "phase", "samples/s", "MB/s", "wait/step(ms)");
-  for (const auto& row : rows) {
-    std::printf("%-44s %12.0f %10.1f %14.3f\n", row["phase"].get<std::string>().c_str(),
-                row["samples_per_s"].get<double>(), row["mb_per_s"].get<double>(),
-                row["wait_ms_per_step"].get<double>());
-  }
-  std::fflush(stdout);
+  print_bench_data_table(j, info, opt);
   return 0;
 }
 
