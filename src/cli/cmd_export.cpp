@@ -117,20 +117,10 @@ std::int64_t gpt_context(const eval::RunConfig& config) {
   return config.model().seq_len > 0 ? config.model().seq_len : model::GptOptions{}.seq_len;
 }
 
-int run_export(CommandContext& ctx, const ExportArgs& opt) {
-  if (ctx.runtime.world_size() > 1) {
-    throw ConfigError("hpctrain export runs as one process: start it without mpirun/srun");
-  }
-  const std::string dir = checkpoint::checkpoint_dir_of(opt.checkpoint);
-  const auto verification = checkpoint::verify(dir);
-  if (!verification.ok) {
-    throw CheckpointError(
-        str(dir, " does not verify (", verification.reason, "): export a complete checkpoint"));
-  }
-  const std::string run_dir = fs::path(dir).parent_path().parent_path().string();
-  std::string origin;
-  const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
-  eval::RunConfig config = eval::RunConfig::parse_stored(text, origin, dir);
+// What the checkpoint and the options ask for is refused before anything is built: a model the
+// format cannot rebuild, a --seq-len that does not apply or does not fit, an int8 checkpoint.
+void check_export_request(const eval::RunConfig& config, const std::string& dir,
+                          const std::string& origin, const ExportArgs& opt) {
   const std::string& format = opt.format;
   const bool torchscript_run = config.model().name == "torchscript";
   const bool gpt = config.model().name == "gpt";
@@ -171,6 +161,87 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
                             c.value("source", std::string("?")), ")"));
     }
   }
+}
+
+// The state_dict: parameters then buffers, under the model's names, as torch.load returns it,
+// written to `path`. Returns its tensor count.
+std::size_t write_state_dict(model::Model& model, const std::string& path) {
+  c10::Dict<std::string, at::Tensor> state;
+  for (const auto& item : model.named_parameters(true)) {
+    state.insert(item.key(), item.value().detach().contiguous());
+  }
+  for (const auto& item : model.named_buffers(true)) {
+    state.insert(item.key(), item.value().detach().contiguous());
+  }
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) {
+    fs::remove(path);
+    throw ConfigError(str("cannot write ", path, ": check --out and free space"));
+  }
+  return state.size();
+}
+
+// --format torchscript or onnx of a built-in model or TorchScript run: scripts/export_model.py
+// rebuilds it in PyTorch from the state_dict in `state_file` and writes `out`.
+void export_through_python(const eval::RunConfig& config, const std::string& dir,
+                           const std::string& state_file, const fs::path& out, std::int64_t step,
+                           const ExportArgs& opt) {
+  const std::string& format = opt.format;
+  const bool torchscript_run = config.model().name == "torchscript";
+  const bool gpt = config.model().name == "gpt";
+  // A TorchScript module's ONNX graph is traced on one sample of the run's data (its shape).
+  const std::string input_shape =
+      torchscript_run && format == "onnx" ? sample_shape_of(config, dir) : std::string();
+  const int code = run_export_script(config.model_text(), state_file, format, out.string(),
+                                     opt.seq_len, input_shape);
+  fs::remove(state_file);
+  if (code != 0) {
+    fs::remove(out.string() + ".tmp");
+    if (code == 2) {
+      throw ConfigError(str("scripts/export_model.py refused ", dir, " (above): nothing written"));
+    }
+    throw Error(str("scripts/export_model.py failed with status ", code, " for ", dir,
+                    " (above): nothing written; it needs python3-torch and python3-yaml",
+                    format == "onnx" ? " and python3-onnx" : ""));
+  }
+  log::info(
+      str("wrote ", out.string(), ": the ", config.model().name, " of ", dir, " (step ", step, ") ",
+          format == "onnx"
+              ? str("as ONNX (torch.onnx.export, opset 13, batch dimension dynamic",
+                    gpt ? str("; int64 tokens [batch, ",
+                              opt.seq_len > 0 ? opt.seq_len : gpt_context(config), "] -> logits")
+                        : std::string(),
+                    torchscript_run ? str("; traced on inputs [batch, ", input_shape, "]")
+                                    : std::string(),
+                    "), checked with onnx.checker; run it with ONNX Runtime, e.g. "
+                    "scripts/onnx_runtime.js (docs/EVAL.md)")
+              : str("as a TorchScript module in evaluation mode",
+                    gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
+                          "length up to model.seq_len free)"
+                        : "",
+                    "; load it with torch.jit.load")));
+}
+
+int run_export(CommandContext& ctx, const ExportArgs& opt) {
+  if (ctx.runtime.world_size() > 1) {
+    throw ConfigError("hpctrain export runs as one process: start it without mpirun/srun");
+  }
+  const std::string dir = checkpoint::checkpoint_dir_of(opt.checkpoint);
+  const auto verification = checkpoint::verify(dir);
+  if (!verification.ok) {
+    throw CheckpointError(
+        str(dir, " does not verify (", verification.reason, "): export a complete checkpoint"));
+  }
+  const std::string run_dir = fs::path(dir).parent_path().parent_path().string();
+  std::string origin;
+  const std::string text = eval::RunConfig::read_text(dir, run_dir, origin);
+  eval::RunConfig config = eval::RunConfig::parse_stored(text, origin, dir);
+  const std::string& format = opt.format;
+  const bool torchscript_run = config.model().name == "torchscript";
+  check_export_request(config, dir, origin, opt);
   auto model = config.build_model(model::ModelContext{});
   auto records = eval::model_records(*model);
   checkpoint::Loaded loaded = checkpoint::load_local(dir, records);
@@ -206,63 +277,16 @@ int run_export(CommandContext& ctx, const ExportArgs& opt) {
     return 0;
   }
 
-  // The state_dict: parameters then buffers, under the model's names, as torch.load returns it.
-  c10::Dict<std::string, at::Tensor> state;
-  for (const auto& item : model->named_parameters(true)) {
-    state.insert(item.key(), item.value().detach().contiguous());
-  }
-  for (const auto& item : model->named_buffers(true)) {
-    state.insert(item.key(), item.value().detach().contiguous());
-  }
-  const std::vector<char> bytes = torch::pickle_save(c10::IValue(state));
   const std::string state_file = format == "pytorch" ? tmp : out.string() + ".state.tmp";
-  {
-    std::ofstream f(state_file, std::ios::binary | std::ios::trunc);
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) {
-      fs::remove(state_file);
-      throw ConfigError(str("cannot write ", state_file, ": check --out and free space"));
-    }
-  }
+  const std::size_t tensors = write_state_dict(*model, state_file);
   if (format == "pytorch") {
     fs::rename(tmp, out);
     log::info(str("wrote ", out.string(), ": the state_dict of ", dir, " (step ", step, ", ",
-                  state.size(), " tensors) in PyTorch's format; torch.load(\"", out.string(),
+                  tensors, " tensors) in PyTorch's format; torch.load(\"", out.string(),
                   "\") returns it"));
     return 0;
   }
-  // A TorchScript module's ONNX graph is traced on one sample of the run's data (its shape).
-  const std::string input_shape =
-      torchscript_run && format == "onnx" ? sample_shape_of(config, dir) : std::string();
-  const int code = run_export_script(config.model_text(), state_file, format, out.string(),
-                                     opt.seq_len, input_shape);
-  fs::remove(state_file);
-  if (code != 0) {
-    fs::remove(out.string() + ".tmp");
-    if (code == 2) {
-      throw ConfigError(str("scripts/export_model.py refused ", dir, " (above): nothing written"));
-    }
-    throw Error(str("scripts/export_model.py failed with status ", code, " for ", dir,
-                    " (above): nothing written; it needs python3-torch and python3-yaml",
-                    format == "onnx" ? " and python3-onnx" : ""));
-  }
-  log::info(
-      str("wrote ", out.string(), ": the ", config.model().name, " of ", dir, " (step ", step, ") ",
-          format == "onnx"
-              ? str("as ONNX (torch.onnx.export, opset 13, batch dimension dynamic",
-                    gpt ? str("; int64 tokens [batch, ",
-                              opt.seq_len > 0 ? opt.seq_len : gpt_context(config), "] -> logits")
-                        : std::string(),
-                    torchscript_run ? str("; traced on inputs [batch, ", input_shape, "]")
-                                    : std::string(),
-                    "), checked with onnx.checker; run it with ONNX Runtime, e.g. "
-                    "scripts/onnx_runtime.js (docs/EVAL.md)")
-              : str("as a TorchScript module in evaluation mode",
-                    gpt ? " (traced through scripts/gpt_torch_reference.py's Gpt; batch and "
-                          "length up to model.seq_len free)"
-                        : "",
-                    "; load it with torch.jit.load")));
+  export_through_python(config, dir, state_file, out, step, opt);
   return 0;
 }
 
