@@ -80,19 +80,8 @@ double timeout_from_environment(const char* variable, double fallback) {
   return fallback;
 }
 
-int run_main(int argc, char** argv) {
-  runtime::tune_malloc();
-
-  CLI::App app{"hpctrain: distributed training and evaluation of LibTorch models on HPC clusters",
-               "hpctrain"};
-  app.set_version_flag("--version", std::string("hpctrain ") + HPCTRAIN_VERSION);
-  app.require_subcommand(1);
-  app.fallthrough();
-
-  GlobalOptions global;
-  global.collective_timeout =
-      timeout_from_environment("HPCTRAIN_COLLECTIVE_TIMEOUT", global.collective_timeout);
-  global.peer_timeout = timeout_from_environment("HPCTRAIN_PEER_TIMEOUT", global.peer_timeout);
+// The options every command takes (before its name on the command line).
+void add_global_options(CLI::App& app, GlobalOptions& global) {
   app.add_flag("-v,--verbose", global.verbosity, "More output (-v debug)");
   app.add_flag("-q,--quiet", global.quiet, "Only warnings and errors");
   app.add_flag("--log-all-ranks", global.log_all_ranks,
@@ -117,10 +106,15 @@ int run_main(int argc, char** argv) {
   app.add_option("--plugin", global.plugins,
                  "Shared library of C++ models to load (repeatable; docs/MODELS.md); the config "
                  "key model.plugin does the same for one run");
+}
 
-  // Build the subcommand tree from the registry ("bench allreduce" nests under "bench").
+using Leaves = std::vector<std::pair<CLI::App*, const RegisteredCommand*>>;
+
+// Builds the subcommand tree from the registry ("bench allreduce" nests under "bench"): every
+// command's leaf subcommand with the command it runs.
+Leaves add_commands(CLI::App& app) {
   std::map<std::string, CLI::App*> groups;
-  std::vector<std::pair<CLI::App*, const RegisteredCommand*>> leaves;
+  Leaves leaves;
   for (const RegisteredCommand& command : command_registry()) {
     CLI::App* parent = &app;
     std::string key;
@@ -146,35 +140,11 @@ int run_main(int argc, char** argv) {
       names += (names.empty() ? "" : ", ") + sub->get_name();
     group->description(names);
   }
+  return leaves;
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    if (!first_rank_by_environment()) return e.get_exit_code() == 0 ? 0 : kExitUsage;
-    int code = app.exit(e);
-    return code == 0 ? 0 : kExitUsage;
-  }
-
-  const RegisteredCommand* chosen = nullptr;
-  for (auto& [leaf, command] : leaves) {
-    if (leaf->parsed()) chosen = command;
-  }
-  if (!chosen) return kExitUsage;
-
-  runtime::Runtime rt(&argc, &argv, chosen->mpi);
-  log::Level level = global.quiet           ? log::Level::kWarn
-                     : global.verbosity > 0 ? log::Level::kDebug
-                                            : log::Level::kInfo;
-  log::configure(rt.world_rank(), rt.host(), level, global.log_all_ranks);
-  runtime::Watchdog::start(global.collective_timeout);
-  // A stop signal ends any command at once with 75 (the train step loop agrees on it instead).
-  static std::string command_name;
-  for (const std::string& part : chosen->path)
-    command_name += (command_name.empty() ? "" : " ") + part;
-  runtime::install_stop_signal_handlers(command_name.c_str());
-  // SIGUSR2: every rank writes its flight recorder file (where the command set a directory).
-  runtime::FlightRecorder::install();
-
+// Runs the chosen command; how the process ends on an error is decided here.
+int run_command(runtime::Runtime& rt, GlobalOptions& global, const RegisteredCommand& chosen) {
   CommandContext ctx{rt, global};
   try {
     runtime::PeerMonitor::start(rt, global.peer_timeout);
@@ -188,7 +158,7 @@ int run_main(int argc, char** argv) {
     } else {
       load_plugins();
     }
-    return chosen->run(ctx);
+    return chosen.run(ctx);
   } catch (const Error& e) {
     if (dynamic_cast<const Agreed*>(&e) != nullptr) {
       // The same error on every rank: one message, and every rank stops by itself (quietly if
@@ -222,6 +192,54 @@ int run_main(int argc, char** argv) {
     if (rt.world_size() > 1) runtime::abort_job(kExitError);
     return kExitError;
   }
+}
+
+int run_main(int argc, char** argv) {
+  runtime::tune_malloc();
+
+  CLI::App app{"hpctrain: distributed training and evaluation of LibTorch models on HPC clusters",
+               "hpctrain"};
+  app.set_version_flag("--version", std::string("hpctrain ") + HPCTRAIN_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+
+  GlobalOptions global;
+  global.collective_timeout =
+      timeout_from_environment("HPCTRAIN_COLLECTIVE_TIMEOUT", global.collective_timeout);
+  global.peer_timeout = timeout_from_environment("HPCTRAIN_PEER_TIMEOUT", global.peer_timeout);
+  add_global_options(app, global);
+
+  const Leaves leaves = add_commands(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (!first_rank_by_environment()) return e.get_exit_code() == 0 ? 0 : kExitUsage;
+    int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+
+  const RegisteredCommand* chosen = nullptr;
+  for (auto& [leaf, command] : leaves) {
+    if (leaf->parsed()) chosen = command;
+  }
+  if (!chosen) return kExitUsage;
+
+  runtime::Runtime rt(&argc, &argv, chosen->mpi);
+  log::Level level = global.quiet           ? log::Level::kWarn
+                     : global.verbosity > 0 ? log::Level::kDebug
+                                            : log::Level::kInfo;
+  log::configure(rt.world_rank(), rt.host(), level, global.log_all_ranks);
+  runtime::Watchdog::start(global.collective_timeout);
+  // A stop signal ends any command at once with 75 (the train step loop agrees on it instead).
+  static std::string command_name;
+  for (const std::string& part : chosen->path)
+    command_name += (command_name.empty() ? "" : " ") + part;
+  runtime::install_stop_signal_handlers(command_name.c_str());
+  // SIGUSR2: every rank writes its flight recorder file (where the command set a directory).
+  runtime::FlightRecorder::install();
+
+  return run_command(rt, global, *chosen);
 }
 
 }  // namespace
