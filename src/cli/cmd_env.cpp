@@ -47,6 +47,83 @@ std::string blas_library() {
   return dlsym(RTLD_DEFAULT, "openblas_get_config") ? "OpenBLAS" : "other (not OpenBLAS)";
 }
 
+// Where a rank runs: host, local rank and grid coordinates.
+struct Placement {
+  char host[64];
+  int local_rank, dp_rank, pp_rank, tp_rank;
+};
+
+// Every rank's placement, gathered to rank 0 (empty elsewhere). Collective over the world.
+std::vector<Placement> gather_placements(Session& session, runtime::Runtime& rt) {
+  Placement mine{};
+  std::snprintf(mine.host, sizeof(mine.host), "%s", rt.host().c_str());
+  mine.local_rank = rt.local_rank();
+  mine.dp_rank = session.grid->dp_rank();
+  mine.pp_rank = session.grid->pp_rank();
+  mine.tp_rank = session.grid->tp_rank();
+  const std::vector<std::uint8_t> gathered =
+      session.control.world->gather_bytes(&mine, sizeof(Placement));
+  std::vector<Placement> all(gathered.size() / sizeof(Placement));
+  if (!all.empty()) std::memcpy(all.data(), gathered.data(), gathered.size());
+  return all;
+}
+
+// "n1: 0,1; n2: 2,3": the world ranks of each host, in order of first appearance.
+std::string placement_text(const std::vector<Placement>& all) {
+  std::vector<std::pair<std::string, std::string>> hosts;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    auto it = std::find_if(hosts.begin(), hosts.end(),
+                           [&](const auto& h) { return h.first == all[r].host; });
+    if (it == hosts.end()) {
+      hosts.emplace_back(all[r].host, std::to_string(r));
+    } else {
+      it->second += "," + std::to_string(r);
+    }
+  }
+  std::string placement;
+  for (const auto& [host, ranks] : hosts)
+    placement += (placement.empty() ? "" : "; ") + host + ": " + ranks;
+  return placement;
+}
+
+// Rank 0's report: `j` with every rank's placement as JSON, or as text with the grid rank by rank.
+void print_env(nlohmann::ordered_json& j, const std::vector<Placement>& all,
+               const runtime::ProcessGrid& grid, bool json) {
+  if (json) {
+    nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      ranks.push_back({{"world_rank", r},
+                       {"host", all[r].host},
+                       {"local_rank", all[r].local_rank},
+                       {"dp_rank", all[r].dp_rank},
+                       {"pp_rank", all[r].pp_rank},
+                       {"tp_rank", all[r].tp_rank}});
+    }
+    j["ranks"] = ranks;
+    print_json(j);
+  } else {
+    std::cout << "hpctrain environment\n";
+    for (auto& [key, value] : j.items()) {
+      std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+      std::cout << "  " << key << std::string(key.size() < 24 ? 24 - key.size() : 1, ' ') << text
+                << "\n";
+    }
+    // The grid rank by rank: world = dp x pp x tp, tp innermost (docs/PIPELINE.md, "Grid").
+    std::cout << "grid " << grid.describe() << " (world rank = (dp x " << grid.pp_size()
+              << " + pp) x " << grid.tp_size() << " + tp)\n";
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      std::cout << "  rank " << r
+                << std::string(r < 10    ? 6
+                               : r < 100 ? 5
+                                         : 4,
+                               ' ')
+                << "dp " << all[r].dp_rank << "  pp " << all[r].pp_rank << "  tp " << all[r].tp_rank
+                << "  " << all[r].host << " (local rank " << all[r].local_rank << ")\n";
+    }
+    std::cout << std::flush;
+  }
+}
+
 int run_env(CommandContext& ctx, const EnvOptions& opt) {
   Session session = make_session(ctx, opt.tp, opt.pp);
   auto& rt = ctx.runtime;
@@ -61,21 +138,7 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
   auto range = [](const int* r) {
     return -r[0] == r[1] ? std::to_string(r[1]) : str(-r[0], "-", r[1]);
   };
-  // Where every rank runs: host, local rank and grid coordinates, gathered to rank 0.
-  struct Placement {
-    char host[64];
-    int local_rank, dp_rank, pp_rank, tp_rank;
-  };
-  Placement mine{};
-  std::snprintf(mine.host, sizeof(mine.host), "%s", rt.host().c_str());
-  mine.local_rank = rt.local_rank();
-  mine.dp_rank = session.grid->dp_rank();
-  mine.pp_rank = session.grid->pp_rank();
-  mine.tp_rank = session.grid->tp_rank();
-  const std::vector<std::uint8_t> gathered =
-      session.control.world->gather_bytes(&mine, sizeof(Placement));
-  std::vector<Placement> all(gathered.size() / sizeof(Placement));
-  if (!all.empty()) std::memcpy(all.data(), gathered.data(), gathered.size());
+  const std::vector<Placement> all = gather_placements(session, rt);
 
   nlohmann::ordered_json j;
   j["hpctrain_version"] = HPCTRAIN_VERSION;
@@ -115,58 +178,9 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
                       : rt.world_size() == 1          ? std::string("off (one rank)")
                       : ctx.global.peer_timeout <= 0  ? std::string("off (--peer-timeout 0)")
                                                      : "off: " + runtime::PeerMonitor::off_reason();
-  // "n1: 0,1; n2: 2,3": the world ranks of each host, in order of first appearance.
-  std::vector<std::pair<std::string, std::string>> hosts;
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    auto it = std::find_if(hosts.begin(), hosts.end(),
-                           [&](const auto& h) { return h.first == all[r].host; });
-    if (it == hosts.end()) {
-      hosts.emplace_back(all[r].host, std::to_string(r));
-    } else {
-      it->second += "," + std::to_string(r);
-    }
-  }
-  std::string placement;
-  for (const auto& [host, ranks] : hosts)
-    placement += (placement.empty() ? "" : "; ") + host + ": " + ranks;
-  j["placement"] = placement;
+  j["placement"] = placement_text(all);
 
-  if (rt.world_rank() == 0) {
-    if (opt.json) {
-      nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
-      for (std::size_t r = 0; r < all.size(); ++r) {
-        ranks.push_back({{"world_rank", r},
-                         {"host", all[r].host},
-                         {"local_rank", all[r].local_rank},
-                         {"dp_rank", all[r].dp_rank},
-                         {"pp_rank", all[r].pp_rank},
-                         {"tp_rank", all[r].tp_rank}});
-      }
-      j["ranks"] = ranks;
-      print_json(j);
-    } else {
-      std::cout << "hpctrain environment\n";
-      for (auto& [key, value] : j.items()) {
-        std::string text = value.is_string() ? value.get<std::string>() : value.dump();
-        std::cout << "  " << key << std::string(key.size() < 24 ? 24 - key.size() : 1, ' ') << text
-                  << "\n";
-      }
-      // The grid rank by rank: world = dp x pp x tp, tp innermost (docs/PIPELINE.md, "Grid").
-      std::cout << "grid " << session.grid->describe() << " (world rank = (dp x "
-                << session.grid->pp_size() << " + pp) x " << session.grid->tp_size() << " + tp)\n";
-      for (std::size_t r = 0; r < all.size(); ++r) {
-        std::cout << "  rank " << r
-                  << std::string(r < 10    ? 6
-                                 : r < 100 ? 5
-                                           : 4,
-                                 ' ')
-                  << "dp " << all[r].dp_rank << "  pp " << all[r].pp_rank << "  tp "
-                  << all[r].tp_rank << "  " << all[r].host << " (local rank " << all[r].local_rank
-                  << ")\n";
-      }
-      std::cout << std::flush;
-    }
-  }
+  if (rt.world_rank() == 0) print_env(j, all, *session.grid, opt.json);
   session.control.world->barrier();
   return 0;
 }
