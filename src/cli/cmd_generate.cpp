@@ -12,6 +12,7 @@
 #include "hpctrain/checkpoint/checkpoint_manager.hpp"
 #include "hpctrain/checkpoint/init_from.hpp"
 #include "hpctrain/checkpoint/verify.hpp"
+#include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/startup_agreement.hpp"
 #include "hpctrain/data/tokenizer.hpp"
 #include "hpctrain/eval/generator.hpp"
@@ -130,6 +131,37 @@ nlohmann::ordered_json continuation_json(const std::string& prompt,
           {"text", tok.decode(c.tokens)}, {"tokens", c.tokens}, {"finish_reason", c.finish_reason}};
 }
 
+// Every prompt holds a token and leaves the model's context room for a new one.
+void check_prompt_lengths(model::Model& model,
+                          const std::vector<std::vector<std::int64_t>>& prompts) {
+  const std::int64_t context = model::context_length(model);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto length = static_cast<std::int64_t>(prompts[i].size());
+    if (length < 1) throw DataError(str("prompt ", i + 1, " has no tokens: give some text"));
+    if (context > 0 && length >= context) {
+      throw DataError(str("prompt ", i + 1, " has ", length, " tokens; the model reads at most ",
+                          context,
+                          " (model.seq_len), leaving no room for a new token: "
+                          "shorten it"));
+    }
+  }
+}
+
+// The continuations of every world rank that is a multiple of `tp_size` (tp rank 0 of its dp
+// group), in rank order: the prompts in order. Collective over the world.
+std::vector<nlohmann::ordered_json> gather_blocks(comm::ControlPlane& world, int tp_size,
+                                                  const nlohmann::ordered_json& block) {
+  std::vector<nlohmann::ordered_json> all;
+  for (int r = 0; r < world.size(); r += tp_size) {
+    const std::string text = world.broadcast(
+        world.rank() == r ? block.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                          : std::string(),
+        r);
+    for (auto& item : nlohmann::ordered_json::parse(text)) all.push_back(std::move(item));
+  }
+  return all;
+}
+
 int run_generate(CommandContext& ctx, GenerateArgs& a) {
   if (a.checkpoint.empty() == a.config.empty()) {
     throw ConfigError("give one of --checkpoint PATH or --config FILE (with model.init_from)");
@@ -164,17 +196,7 @@ int run_generate(CommandContext& ctx, GenerateArgs& a) {
       throw ConfigError(str(config->origin(), ": model.name ", config->model().name,
                             " is not a language model: generate continues text"));
     }
-    const std::int64_t context = model::context_length(*model);
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-      const auto length = static_cast<std::int64_t>(prompts[i].size());
-      if (length < 1) throw DataError(str("prompt ", i + 1, " has no tokens: give some text"));
-      if (context > 0 && length >= context) {
-        throw DataError(str("prompt ", i + 1, " has ", length, " tokens; the model reads at most ",
-                            context,
-                            " (model.seq_len), leaving no room for a new token: "
-                            "shorten it"));
-      }
-    }
+    check_prompt_lengths(*model, prompts);
     if (checkpoint_dir.empty()) {
       const auto report = checkpoint::init_model_from(*model, config->model().init_from,
                                                       grid.tp_rank(), grid.tp_size());
@@ -209,14 +231,7 @@ int run_generate(CommandContext& ctx, GenerateArgs& a) {
   }
   // The dp groups' blocks reach world rank 0 in prompt order (tp rank 0 of each group sends).
   auto& world = *session.control.world;
-  std::vector<nlohmann::ordered_json> all;
-  for (int r = 0; r < world.size(); r += grid.tp_size()) {
-    const std::string text = world.broadcast(
-        world.rank() == r ? block.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-                          : std::string(),
-        r);
-    for (auto& item : nlohmann::ordered_json::parse(text)) all.push_back(std::move(item));
-  }
+  const std::vector<nlohmann::ordered_json> all = gather_blocks(world, grid.tp_size(), block);
   const double seconds = world.max(g.seconds);
   const double first_token = world.max(g.first_token_seconds);
   const double tokens = world.sum(static_cast<double>(g.new_tokens)) / grid.tp_size();
