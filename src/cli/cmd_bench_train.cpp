@@ -47,6 +47,40 @@ std::vector<nlohmann::json> train_records(const std::string& path) {
   return out;
 }
 
+// The human-readable table of `j` (the JSON report) of a run on `grid`.
+void print_bench_train_table(const nlohmann::ordered_json& j, const std::string& grid) {
+  const int world_size = j["world_size"].get<int>();
+  const std::int64_t steps = j["steps"].get<std::int64_t>();
+  const std::int64_t warmup = j["warmup_steps"].get<std::int64_t>();
+  const double step_time = j["step_time_s"].get<double>();
+  const double tp_comm = j["tp_comm_s_per_step"].get<double>();
+  std::cout << "# hpctrain bench train: " << j["config"].get<std::string>() << ", "
+            << j["model"].get<std::string>() << " (" << j["parameters"].get<std::int64_t>()
+            << " parameters)\n"
+            << "# " << world_size << " ranks (" << grid << "), " << j["threads_per_rank"].get<int>()
+            << " thread(s) per rank, global batch " << number_text(j["global_batch"].get<double>())
+            << ", " << steps << " steps (" << warmup << " warm-up steps not timed)\n";
+  Table t;
+  t.row("step time", step_time, "s");
+  t.row("tokens/s", std::round(j["tokens_per_s"].get<double>()), "");
+  t.row("samples/s", j["samples_per_s"].get<double>(), "");
+  t.row("achieved FLOP/s", j["flops_per_s"].get<double>(), "",
+        str("(", number_text(j["flops_per_s"].get<double>() / world_size), " per rank)"));
+  t.row("tp comm / step", tp_comm, "s",
+        str("(", number_text(100.0 * tp_comm / step_time), "% of a step; slowest rank ",
+            number_text(j["tp_comm_s_per_step_max_rank"].get<double>()), " s; ",
+            number_text(j["tp_collectives_per_step"].get<double>()), " collectives)"));
+  if (j.contains("pipeline")) {
+    t.row("pipeline bubble", 100 * j["pipeline"]["bubble_fraction"].get<double>(), "%",
+          str("(measured, every step; the formula says ",
+              number_text(100 * j["pipeline"]["predicted_bubble_fraction"].get<double>()), "%)"));
+  }
+  t.row("first loss", j["first_loss"].get<double>(), "");
+  t.row("last loss", j["last_loss"].get<double>(), "");
+  t.print(std::cout);
+  std::cout << std::flush;
+}
+
 int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
   if (opt.warmup < 0) throw ConfigError("--warmup-steps must be >= 0");
   // A benchmark measures steps: nothing else runs inside the loop, and every step is logged so
@@ -141,32 +175,7 @@ int run_bench_train(CommandContext& ctx, const BenchTrainOptions& opt) {
     print_json(j, /*pretty=*/false);
     return outcome.exit_code;
   }
-  const double tp_comm = j["tp_comm_s_per_step"].get<double>();
-  std::cout << "# hpctrain bench train: " << opt.config << ", " << j["model"].get<std::string>()
-            << " (" << j["parameters"].get<std::int64_t>() << " parameters)\n"
-            << "# " << world_size << " ranks (" << session.grid->describe() << "), "
-            << session.device.threads << " thread(s) per rank, global batch "
-            << number_text(global_batch) << ", " << steps << " steps (" << opt.warmup
-            << " warm-up steps not timed)\n";
-  Table t;
-  t.row("step time", step_time, "s");
-  t.row("tokens/s", std::round(j["tokens_per_s"].get<double>()), "");
-  t.row("samples/s", j["samples_per_s"].get<double>(), "");
-  t.row("achieved FLOP/s", j["flops_per_s"].get<double>(), "",
-        str("(", number_text(j["flops_per_s"].get<double>() / world_size), " per rank)"));
-  t.row("tp comm / step", tp_comm, "s",
-        str("(", number_text(100.0 * tp_comm / step_time), "% of a step; slowest rank ",
-            number_text(j["tp_comm_s_per_step_max_rank"].get<double>()), " s; ",
-            number_text(j["tp_collectives_per_step"].get<double>()), " collectives)"));
-  if (j.contains("pipeline")) {
-    t.row("pipeline bubble", 100 * j["pipeline"]["bubble_fraction"].get<double>(), "%",
-          str("(measured, every step; the formula says ",
-              number_text(100 * j["pipeline"]["predicted_bubble_fraction"].get<double>()), "%)"));
-  }
-  t.row("first loss", j["first_loss"].get<double>(), "");
-  t.row("last loss", j["last_loss"].get<double>(), "");
-  t.print(std::cout);
-  std::cout << std::flush;
+  print_bench_train_table(j, session.grid->describe());
   return outcome.exit_code;
 }
 
