@@ -29,6 +29,38 @@ std::optional<std::int64_t> integer(const nlohmann::json& ts, const char* key) {
   return ts.at(key).get<std::int64_t>();
 }
 
+// Samples per epoch: the sum over the checkpoint's data files when it records them all, else
+// what the run's data holds (facts.samples_per_epoch).
+std::optional<std::int64_t> samples_per_epoch(const nlohmann::json& ts, const ResumeFacts& facts) {
+  std::optional<std::int64_t> per_epoch = facts.samples_per_epoch;
+  if (ts.contains("data_files") && ts.at("data_files").is_array()) {
+    std::int64_t sum = 0;
+    bool ok = !ts.at("data_files").empty();
+    for (const auto& f : ts.at("data_files")) {
+      const auto n = f.is_object() ? integer(f, "samples") : std::nullopt;
+      ok = ok && n && *n >= 1;
+      if (ok) sum += *n;
+    }
+    if (ok) per_epoch = sum;
+  }
+  return per_epoch;
+}
+
+// A mixture's samples per source must add up to the samples consumed.
+void check_source_consumed(const nlohmann::json& ts, std::int64_t consumed, Problems& problems) {
+  if (!ts.contains("source_consumed") || !ts.at("source_consumed").is_array()) return;
+  std::int64_t sum = 0;
+  bool ok = true;
+  for (const auto& c : ts.at("source_consumed")) {
+    ok = ok && c.is_number_integer() && c.get<std::int64_t>() >= 0;
+    if (ok) sum += c.get<std::int64_t>();
+  }
+  if (!ok || sum != consumed) {
+    problems.add("trainer_state.source_consumed", ts.at("source_consumed"),
+                 str("its counts must be non-negative and add up to consumed_samples, ", consumed));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
@@ -83,17 +115,7 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
   // The sample position. Every step takes 1..N samples and every finished epoch 1..N of them
   // (N: samples per epoch; a global batch is at most N), so with E finished epochs and o samples
   // into this one: E + o <= consumed <= E N + o and step <= consumed <= step N.
-  std::optional<std::int64_t> per_epoch = facts.samples_per_epoch;
-  if (ts.contains("data_files") && ts.at("data_files").is_array()) {
-    std::int64_t sum = 0;
-    bool ok = !ts.at("data_files").empty();
-    for (const auto& f : ts.at("data_files")) {
-      const auto n = f.is_object() ? integer(f, "samples") : std::nullopt;
-      ok = ok && n && *n >= 1;
-      if (ok) sum += *n;
-    }
-    if (ok) per_epoch = sum;
-  }
+  const std::optional<std::int64_t> per_epoch = samples_per_epoch(ts, facts);
   if (step && consumed && *consumed < *step) {
     problems.add(
         "trainer_state.consumed_samples", ts.at("consumed_samples"),
@@ -125,19 +147,7 @@ std::vector<std::string> resume_state_problems(const nlohmann::json& manifest,
                    str("the training set has ", *per_epoch, " samples"));
     }
   }
-  if (ts.contains("source_consumed") && ts.at("source_consumed").is_array() && consumed) {
-    std::int64_t sum = 0;
-    bool ok = true;
-    for (const auto& c : ts.at("source_consumed")) {
-      ok = ok && c.is_number_integer() && c.get<std::int64_t>() >= 0;
-      if (ok) sum += c.get<std::int64_t>();
-    }
-    if (!ok || sum != *consumed) {
-      problems.add(
-          "trainer_state.source_consumed", ts.at("source_consumed"),
-          str("its counts must be non-negative and add up to consumed_samples, ", *consumed));
-    }
-  }
+  if (consumed) check_source_consumed(ts, *consumed, problems);
   // `train` saves the CPU generator's state with every checkpoint; a resume on the same world
   // restores it (dropout continues exactly), so a missing one is a damaged checkpoint, not
   // something to reseed over silently. A compressed checkpoint has none.
