@@ -133,23 +133,13 @@ class ClassificationDataset final : public Dataset {
   float lut_[256];
 };
 
-}  // namespace
-
-std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string& path,
-                                             const DatasetExpectation& expect,
-                                             const ReadOptions& options) {
-  const std::string label = file_label(path, expect.config_key);
-  const std::string where_inputs = str(label, ", dataset /inputs");
-  const std::string where_labels = str(label, ", dataset /labels");
-  h5::Handle inputs_probe(HPCTRAIN_H5(H5Dopen2(file.get(), "inputs", H5P_DEFAULT), where_inputs),
-                          H5Dclose);
-  h5::Handle labels(HPCTRAIN_H5(H5Dopen2(file.get(), "labels", H5P_DEFAULT), where_labels),
-                    H5Dclose);
-  const auto input_dims = h5::dataset_dims(inputs_probe.get(), where_inputs);
-  const auto label_dims = h5::dataset_dims(labels.get(), where_labels);
-  const std::string input_dtype = dtype_of(inputs_probe.get(), where_inputs);
-  const std::string label_dtype = dtype_of(labels.get(), where_labels);
-
+// The shapes and element types of /inputs and /labels, and their sample counts, agree with a
+// classification file.
+void check_classification_layout(const std::string& label, const std::string& where_inputs,
+                                 const std::string& where_labels,
+                                 const std::vector<std::int64_t>& input_dims,
+                                 const std::vector<std::int64_t>& label_dims,
+                                 const std::string& input_dtype, const std::string& label_dtype) {
   if (input_dims.size() < 2) {
     throw DataError(str(where_inputs,
                         ": expected rank >= 2 (N samples x sample dims, e.g. (N, 1, "
@@ -183,7 +173,68 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
   if (n == 0)
     throw DataError(
         str(where_inputs, ": holds no samples (shape ", h5::shape_string(input_dims), ")"));
+}
+
+// One pass over labels [0, scan_end) of the n in `labels`: each must be a class index (below
+// num_classes, or kMaxClasses when 0; `declared`: the file's attribute says num_classes). Copies
+// them into `kept` when given. Returns the largest label (-1 for none).
+std::int64_t scan_labels(hid_t labels, std::int64_t n, std::int64_t scan_end,
+                         std::int64_t num_classes, bool declared, const std::string& where_labels,
+                         std::int64_t* kept) {
+  std::vector<std::int64_t> block(static_cast<std::size_t>(std::min(n, kScanBlock)));
+  h5::Handle label_space(HPCTRAIN_H5(H5Dget_space(labels), where_labels), H5Sclose);
+  std::int64_t max_label = -1;
+  for (std::int64_t begin = 0; begin < scan_end; begin += kScanBlock) {
+    const std::int64_t count = std::min(kScanBlock, n - begin);
+    std::int64_t* dst = kept != nullptr ? kept + begin : block.data();
+    select_rows(label_space.get(), {{begin, count}}, {n}, where_labels);
+    const hsize_t mem_count = static_cast<hsize_t>(count);
+    h5::Handle mem(HPCTRAIN_H5(H5Screate_simple(1, &mem_count, nullptr), where_labels), H5Sclose);
+    HPCTRAIN_H5(H5Dread(labels, H5T_NATIVE_INT64, mem.get(), label_space.get(), H5P_DEFAULT, dst),
+                where_labels);
+    for (std::int64_t i = 0; i < count; ++i) {
+      const std::int64_t value = dst[i];
+      // Unsigned labels above INT64_MAX arrive saturated by HDF5's conversion: out of range too.
+      if (value < 0 || (num_classes > 0 && value >= num_classes) ||
+          (num_classes == 0 && value >= kMaxClasses)) {
+        throw DataError(str(where_labels, ": label ", value, " at index ", begin + i,
+                            value == std::numeric_limits<std::int64_t>::max()
+                                ? " (or beyond: an unsigned label above 2^63-1)"
+                                : "",
+                            " is outside [0, ", num_classes > 0 ? num_classes : kMaxClasses, ")",
+                            declared          ? " (attribute num_classes)"
+                            : num_classes > 0 ? " (the model's classes)"
+                                              : " (the most classes hpctrain supports)",
+                            ": labels must be class indices 0..num_classes-1; fix the file or "
+                            "its num_classes attribute"));
+      }
+      max_label = std::max(max_label, value);
+    }
+  }
+  return max_label;
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string& path,
+                                             const DatasetExpectation& expect,
+                                             const ReadOptions& options) {
+  const std::string label = file_label(path, expect.config_key);
+  const std::string where_inputs = str(label, ", dataset /inputs");
+  const std::string where_labels = str(label, ", dataset /labels");
+  h5::Handle inputs_probe(HPCTRAIN_H5(H5Dopen2(file.get(), "inputs", H5P_DEFAULT), where_inputs),
+                          H5Dclose);
+  h5::Handle labels(HPCTRAIN_H5(H5Dopen2(file.get(), "labels", H5P_DEFAULT), where_labels),
+                    H5Dclose);
+  const auto input_dims = h5::dataset_dims(inputs_probe.get(), where_inputs);
+  const auto label_dims = h5::dataset_dims(labels.get(), where_labels);
+  const std::string input_dtype = dtype_of(inputs_probe.get(), where_inputs);
+  const std::string label_dtype = dtype_of(labels.get(), where_labels);
+
+  check_classification_layout(label, where_inputs, where_labels, input_dims, label_dims,
+                              input_dtype, label_dtype);
   require_sample_values(where_inputs, input_dims);
+  const std::int64_t n = input_dims[0];
 
   DatasetInfo info;
   info.path = path;
@@ -228,39 +279,11 @@ std::unique_ptr<Dataset> open_classification(h5::Handle file, const std::string&
   // Labels kept in memory cost no HDF5 call per batch.
   const bool keep = n <= options.max_labels_in_memory;
   if (keep) all_labels.resize(static_cast<std::size_t>(n));
-  std::vector<std::int64_t> block(static_cast<std::size_t>(std::min(n, kScanBlock)));
-  h5::Handle label_space(HPCTRAIN_H5(H5Dget_space(labels.get()), where_labels), H5Sclose);
-  std::int64_t max_label = -1;
   // A file validated already in this run (options.trusted) is only read for the labels it keeps.
   const std::int64_t scan_end = options.trusted && !keep ? 0 : n;
-  for (std::int64_t begin = 0; begin < scan_end; begin += kScanBlock) {
-    const std::int64_t count = std::min(kScanBlock, n - begin);
-    std::int64_t* dst = keep ? all_labels.data() + begin : block.data();
-    select_rows(label_space.get(), {{begin, count}}, {n}, where_labels);
-    const hsize_t mem_count = static_cast<hsize_t>(count);
-    h5::Handle mem(HPCTRAIN_H5(H5Screate_simple(1, &mem_count, nullptr), where_labels), H5Sclose);
-    HPCTRAIN_H5(
-        H5Dread(labels.get(), H5T_NATIVE_INT64, mem.get(), label_space.get(), H5P_DEFAULT, dst),
-        where_labels);
-    for (std::int64_t i = 0; i < count; ++i) {
-      const std::int64_t value = dst[i];
-      // Unsigned labels above INT64_MAX arrive saturated by HDF5's conversion: out of range too.
-      if (value < 0 || (num_classes > 0 && value >= num_classes) ||
-          (num_classes == 0 && value >= kMaxClasses)) {
-        throw DataError(str(where_labels, ": label ", value, " at index ", begin + i,
-                            value == std::numeric_limits<std::int64_t>::max()
-                                ? " (or beyond: an unsigned label above 2^63-1)"
-                                : "",
-                            " is outside [0, ", num_classes > 0 ? num_classes : kMaxClasses, ")",
-                            file_classes      ? " (attribute num_classes)"
-                            : num_classes > 0 ? " (the model's classes)"
-                                              : " (the most classes hpctrain supports)",
-                            ": labels must be class indices 0..num_classes-1; fix the file or "
-                            "its num_classes attribute"));
-      }
-      max_label = std::max(max_label, value);
-    }
-  }
+  const std::int64_t max_label =
+      scan_labels(labels.get(), n, scan_end, num_classes, file_classes.has_value(), where_labels,
+                  keep ? all_labels.data() : nullptr);
   info.num_classes = num_classes > 0 ? num_classes : max_label + 1;
   info.classes_declared = file_classes.has_value();
 
