@@ -170,6 +170,61 @@ void CheckpointManager::Impl::copy_tensors(std::vector<TensorRecord>& records) {
   }
 }
 
+void CheckpointManager::Impl::agree_on_content(std::int64_t step, bool writer,
+                                               const std::vector<TensorRecord>& tensors,
+                                               std::int64_t rng_bytes) {
+  // Every rank must save the same step, the tp ranks of a stage the same records, and all ranks
+  // RNG states of one size: [min, max] of each over the world (of the fingerprints: over the tp
+  // group, whose ranks are all writers or none, and then over the world whether any differ).
+  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
+  const std::uint64_t fp = writer ? fingerprint(tensors) : kNone;
+  std::vector<std::uint64_t> fp_lo{fp};
+  std::vector<std::uint64_t> fp_hi{fp};
+  tp->reduce(fp_lo, comm::ReduceOp::kMin);
+  tp->reduce(fp_hi, comm::ReduceOp::kMax);
+  const std::uint64_t differ = fp_lo[0] != fp_hi[0] ? 1 : 0;
+  std::vector<std::uint64_t> lo{static_cast<std::uint64_t>(step), differ,
+                                static_cast<std::uint64_t>(rng_bytes)};
+  std::vector<std::uint64_t> hi{lo[0], differ, lo[2]};
+  world->reduce(lo, comm::ReduceOp::kMin);
+  world->reduce(hi, comm::ReduceOp::kMax);
+  if (lo[0] != hi[0]) {
+    throw CheckpointError(str("ranks disagree on the step to save (", lo[0], " to ", hi[0],
+                              "): every rank must call save() with the same step"));
+  }
+  if (hi[1] != 0) {
+    throw CheckpointError(
+        "tensor-parallel ranks disagree on the tensor records (names, dtypes, logical shapes or "
+        "split dims differ between the dp_rank 0 ranks): every tp rank must save the same "
+        "logical tensors");
+  }
+  if (lo[2] != hi[2]) {
+    throw CheckpointError(
+        str("rng_state sizes differ across ranks (", lo[2], " to ", hi[2],
+            " bytes; 0 = undefined): pass every rank's generator state, or none"));
+  }
+}
+
+void CheckpointManager::Impl::make_temp_dir(detail::SaveJob& job) {
+  std::string reply;
+  if (ctx.world_rank == 0) {
+    try {
+      std::filesystem::create_directories(ctx.run_dir);
+      io::make_dir(checkpoints_dir(ctx.run_dir), true);
+      const std::string unique = unique_token(++sequence);
+      io::make_dir(job.final_dir + kTempMarker + unique, false);
+      reply = "ok:" + unique;
+    } catch (const std::exception& e) {
+      reply = str("error:cannot create the checkpoint directory under '",
+                  checkpoints_dir(ctx.run_dir), "': ", e.what());
+    }
+  }
+  reply = world->broadcast(reply);
+  if (reply.rfind("error:", 0) == 0) throw CheckpointError(reply.substr(6));
+  job.unique = reply.substr(3);
+  job.tmp_dir = job.final_dir + kTempMarker + job.unique;
+}
+
 CheckpointManager::CheckpointManager(std::string run_dir, const runtime::ProcessGrid& grid,
                                      ManagerOptions options)
     : impl_(std::make_unique<Impl>()) {
@@ -231,58 +286,13 @@ void CheckpointManager::save(SaveContent content) {
   }
   m.agree(problem);
 
-  // Every rank must save the same step, the tp ranks of a stage the same records, and all ranks
-  // RNG states of one size: [min, max] of each over the world (of the fingerprints: over the tp
-  // group, whose ranks are all writers or none, and then over the world whether any differ).
-  constexpr std::uint64_t kNone = std::numeric_limits<std::uint64_t>::max();
-  const std::uint64_t fp = writer ? fingerprint(content.tensors) : kNone;
-  std::vector<std::uint64_t> fp_lo{fp};
-  std::vector<std::uint64_t> fp_hi{fp};
-  m.tp->reduce(fp_lo, comm::ReduceOp::kMin);
-  m.tp->reduce(fp_hi, comm::ReduceOp::kMax);
-  const std::uint64_t differ = fp_lo[0] != fp_hi[0] ? 1 : 0;
-  std::vector<std::uint64_t> lo{static_cast<std::uint64_t>(content.step), differ,
-                                static_cast<std::uint64_t>(rng_bytes)};
-  std::vector<std::uint64_t> hi{lo[0], differ, lo[2]};
-  m.world->reduce(lo, comm::ReduceOp::kMin);
-  m.world->reduce(hi, comm::ReduceOp::kMax);
-  if (lo[0] != hi[0]) {
-    throw CheckpointError(str("ranks disagree on the step to save (", lo[0], " to ", hi[0],
-                              "): every rank must call save() with the same step"));
-  }
-  if (hi[1] != 0) {
-    throw CheckpointError(
-        "tensor-parallel ranks disagree on the tensor records (names, dtypes, logical shapes or "
-        "split dims differ between the dp_rank 0 ranks): every tp rank must save the same "
-        "logical tensors");
-  }
-  if (lo[2] != hi[2]) {
-    throw CheckpointError(
-        str("rng_state sizes differ across ranks (", lo[2], " to ", hi[2],
-            " bytes; 0 = undefined): pass every rank's generator state, or none"));
-  }
+  m.agree_on_content(content.step, writer, content.tensors, rng_bytes);
 
   // World rank 0 names the temporary directory and creates it before anyone writes into it.
   detail::SaveJob job;
   job.started = started;
   job.final_dir = checkpoints_dir(ctx.run_dir) + "/" + step_dir_name(content.step);
-  std::string reply;
-  if (ctx.world_rank == 0) {
-    try {
-      std::filesystem::create_directories(ctx.run_dir);
-      io::make_dir(checkpoints_dir(ctx.run_dir), true);
-      const std::string unique = unique_token(++m.sequence);
-      io::make_dir(job.final_dir + kTempMarker + unique, false);
-      reply = "ok:" + unique;
-    } catch (const std::exception& e) {
-      reply = str("error:cannot create the checkpoint directory under '",
-                  checkpoints_dir(ctx.run_dir), "': ", e.what());
-    }
-  }
-  reply = m.world->broadcast(reply);
-  if (reply.rfind("error:", 0) == 0) throw CheckpointError(reply.substr(6));
-  job.unique = reply.substr(3);
-  job.tmp_dir = job.final_dir + kTempMarker + job.unique;
+  m.make_temp_dir(job);
 
   if (rng_bytes > 0) {
     job.rng_states =

@@ -71,6 +71,14 @@ struct CheckpointManager::Impl {
   void finish_pending();
   /// Copies `records` into the reused buffers (content.copy) and points them there. Local.
   void copy_tensors(std::vector<TensorRecord>& records);
+  /// save()'s agreement: every rank saves `step`, the tp ranks of a stage the same records
+  /// (`tensors`, a writer's), and all ranks RNG states of one size (`rng_bytes`); otherwise
+  /// every rank throws CheckpointError naming the disagreement. Collective over the world.
+  void agree_on_content(std::int64_t step, bool writer, const std::vector<TensorRecord>& tensors,
+                        std::int64_t rng_bytes);
+  /// World rank 0 creates the temporary directory of `job.final_dir`; every rank learns its name
+  /// into `job` (or throws CheckpointError, as every rank does). Collective over the world.
+  void make_temp_dir(detail::SaveJob& job);
 };
 
 }  // namespace hpctrain::checkpoint
