@@ -102,6 +102,83 @@ const CheckpointTriage::Digest& CheckpointTriage::digest(const std::string& path
   return digests_[path] = d;
 }
 
+namespace {
+
+// A tag joins its parts with '-'.
+void add_tag(std::string& tag, const std::string& part) {
+  tag += (tag.empty() ? "" : "-") + part;
+}
+
+}  // namespace
+
+std::string CheckpointTriage::evaluation_key(const RunConfig& config, CheckpointDecision& p) {
+  EvalKey& key = p.key;
+  std::string tag;
+  if (!options_.choice_file.empty()) {
+    p.data_path = options_.choice_file;
+    p.data_key = "--task multiple-choice";
+    key.split = "multiple-choice";
+  } else if (!options_.data.empty()) {
+    p.data_path = options_.data;
+    p.data_key = "--data";
+    key.split = options_.split_given ? options_.split : "file";
+  } else {
+    p.data_path = config.split_path(options_.split);
+    p.data_key = str("data.", options_.split, " (", p.config_origin, ")");
+    key.split = options_.split;
+  }
+  const Digest& d = digest(p.data_path, p.data_key);
+  p.data_bytes = d.bytes;
+  key.data_xxh3 = d.xxh3;
+  if (!options_.choice_file.empty()) {
+    add_tag(tag, str("mc-", fs::path(p.data_path).stem().string(), "-", d.xxh3.substr(0, 8)));
+  } else if (!options_.data.empty()) {
+    add_tag(tag, str(key.split == "file" ? fs::path(p.data_path).stem().string() : key.split, "-",
+                     d.xxh3.substr(0, 8)));
+  } else if (key.split != "val") {
+    add_tag(tag, key.split);
+  }
+  // Multiple choice counts examples per batch (8 unless --batch-size); no tag for it.
+  const std::string default_batch =
+      options_.choice_file.empty() ? std::to_string(config.eval_batch_size()) : std::string("8");
+  key.batch_size = options_.batch_size.empty() ? default_batch : options_.batch_size;
+  if (key.batch_size != default_batch) add_tag(tag, "bs" + key.batch_size);
+  const std::int64_t default_max = options_.choice_file.empty() ? config.eval_max_samples() : 0;
+  key.max_samples = options_.max_samples >= 0 ? options_.max_samples : default_max;
+  if (key.max_samples != default_max) add_tag(tag, str("max", key.max_samples));
+  p.precision = options_.precision.value_or(config.precision());
+  key.precision = precision_name(p.precision);
+  if (p.precision != config.precision()) add_tag(tag, key.precision);
+  return tag;
+}
+
+void CheckpointTriage::compression_of(const nlohmann::json& manifest, const std::string& dir,
+                                      CheckpointDecision& p, std::string& tag) {
+  const nlohmann::json state = manifest.value("trainer_state", nlohmann::json::object());
+  if (state.is_object() && state.contains("compression")) {
+    p.compression = state.at("compression");
+    if (options_.compression.any()) {
+      throw ConfigError(str("checkpoint '", dir, "' is already compressed (",
+                            p.compression.value("tag", std::string("?")),
+                            ", by hpctrain compress): drop --quantize/--prune to evaluate it, "
+                            "or compress the float32 checkpoint it came from (",
+                            p.compression.value("source", std::string("?")), ")"));
+    }
+    const std::string source = p.compression.value("source", std::string());
+    const checkpoint::Verification sv = checkpoint::verify(source);
+    if (sv.ok) {
+      p.baseline_dir = source;
+    } else {
+      p.baseline_note = str("the float32 checkpoint it came from (", source, ") does not verify (",
+                            sv.reason, "): no float32 comparison");
+    }
+  } else if (options_.compression.any()) {
+    options_.compression.validate();
+    add_tag(tag, options_.compression.tag());
+    p.baseline_dir = dir;
+  }
+}
+
 CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const std::string& dir,
                                             ResultStore& store) {
   CheckpointDecision p;
@@ -153,66 +230,8 @@ CheckpointDecision CheckpointTriage::decide(const std::string& run_dir, const st
     EvalKey& key = p.key;
     key.step = p.step;
     key.checkpoint_xxh3 = manifest.value("manifest_xxh3", std::string());
-    std::string tag;
-    auto add_tag = [&tag](const std::string& part) { tag += (tag.empty() ? "" : "-") + part; };
-    if (!options_.choice_file.empty()) {
-      p.data_path = options_.choice_file;
-      p.data_key = "--task multiple-choice";
-      key.split = "multiple-choice";
-    } else if (!options_.data.empty()) {
-      p.data_path = options_.data;
-      p.data_key = "--data";
-      key.split = options_.split_given ? options_.split : "file";
-    } else {
-      p.data_path = config.split_path(options_.split);
-      p.data_key = str("data.", options_.split, " (", p.config_origin, ")");
-      key.split = options_.split;
-    }
-    const Digest& d = digest(p.data_path, p.data_key);
-    p.data_bytes = d.bytes;
-    key.data_xxh3 = d.xxh3;
-    if (!options_.choice_file.empty()) {
-      add_tag(str("mc-", fs::path(p.data_path).stem().string(), "-", d.xxh3.substr(0, 8)));
-    } else if (!options_.data.empty()) {
-      add_tag(str(key.split == "file" ? fs::path(p.data_path).stem().string() : key.split, "-",
-                  d.xxh3.substr(0, 8)));
-    } else if (key.split != "val") {
-      add_tag(key.split);
-    }
-    // Multiple choice counts examples per batch (8 unless --batch-size); no tag for it.
-    const std::string default_batch =
-        options_.choice_file.empty() ? std::to_string(config.eval_batch_size()) : std::string("8");
-    key.batch_size = options_.batch_size.empty() ? default_batch : options_.batch_size;
-    if (key.batch_size != default_batch) add_tag("bs" + key.batch_size);
-    const std::int64_t default_max = options_.choice_file.empty() ? config.eval_max_samples() : 0;
-    key.max_samples = options_.max_samples >= 0 ? options_.max_samples : default_max;
-    if (key.max_samples != default_max) add_tag(str("max", key.max_samples));
-    p.precision = options_.precision.value_or(config.precision());
-    key.precision = precision_name(p.precision);
-    if (p.precision != config.precision()) add_tag(key.precision);
-    const nlohmann::json state = manifest.value("trainer_state", nlohmann::json::object());
-    if (state.is_object() && state.contains("compression")) {
-      p.compression = state.at("compression");
-      if (options_.compression.any()) {
-        throw ConfigError(str("checkpoint '", dir, "' is already compressed (",
-                              p.compression.value("tag", std::string("?")),
-                              ", by hpctrain compress): drop --quantize/--prune to evaluate it, "
-                              "or compress the float32 checkpoint it came from (",
-                              p.compression.value("source", std::string("?")), ")"));
-      }
-      const std::string source = p.compression.value("source", std::string());
-      const checkpoint::Verification sv = checkpoint::verify(source);
-      if (sv.ok) {
-        p.baseline_dir = source;
-      } else {
-        p.baseline_note = str("the float32 checkpoint it came from (", source,
-                              ") does not verify (", sv.reason, "): no float32 comparison");
-      }
-    } else if (options_.compression.any()) {
-      options_.compression.validate();
-      add_tag(options_.compression.tag());
-      p.baseline_dir = dir;
-    }
+    std::string tag = evaluation_key(config, p);
+    compression_of(manifest, dir, p, tag);
     key.tag = tag;
     if (!options_.force && store.has(key)) {
       p.verdict = Verdict::kDone;

@@ -11,6 +11,10 @@
 #include "hpctrain/eval/offline_evaluator.hpp"
 #include "hpctrain/eval/result_store.hpp"
 
+namespace hpctrain::eval {
+class RunConfig;
+}  // namespace hpctrain::eval
+
 namespace hpctrain::eval::detail {
 
 /// What to do with a checkpoint.
@@ -83,6 +87,13 @@ class CheckpointTriage {
     std::string xxh3;
   };
   const Digest& digest(const std::string& path, const std::string& key);
+  /// decide()'s evaluation key of `p` (read with `config`): the data and its checksum, batch
+  /// size, sample limit and precision; returns the tag naming how they differ from the run's.
+  std::string evaluation_key(const RunConfig& config, CheckpointDecision& p);
+  /// decide()'s compression of `p`: the checkpoint's own (and its float32 source), or the one
+  /// the options ask for (its name added to `tag`).
+  void compression_of(const nlohmann::json& manifest, const std::string& dir, CheckpointDecision& p,
+                      std::string& tag);
 
   const OfflineOptions& options_;
   std::map<std::string, Digest> digests_;
