@@ -64,13 +64,6 @@ class PipelineExecutor {
   PipelineTimes run(const plan::PipelineSchedule& schedule, const PipelineStage& stage);
 
  private:
-  using Key = std::pair<int, int>;  // (micro-batch, chunk)
-  struct Held {
-    torch::Tensor input;     // received activation (the stage's input); its grad goes back
-    torch::Tensor output;    // this stage's output (or the loss on the last stage)
-    torch::Tensor received;  // the gradient of the output, once received
-  };
-
   std::shared_ptr<comm::Communicator> pp_;
   torch::Device device_;
   torch::ScalarType dtype_;
