@@ -119,11 +119,107 @@ void StepRunner::update(double lr) {
   p_.dp.after_update();
 }
 
+double StepRunner::micro_batch(data::Batch& batch, int k, int k_total, std::int64_t step,
+                               double scale, bool inject_nan, StepResult& r,
+                               model::LossOutput& device_sums) {
+  namespace trace = runtime::trace;
+  const at::ScalarType autocast_dtype = hpctrain::autocast_dtype(p_.cfg.run.precision);
+  torch::Tensor inputs, targets;
+  {
+    trace::Scope traced(0, "input copy");
+    comm::DeviceCopier::wait(batch.ready);  // copied on the copy stream: order after it
+    inputs = batch.inputs.to(p_.device, /*non_blocking=*/true);
+    targets = batch.targets.to(p_.device, /*non_blocking=*/true);
+  }
+  auto t0 = Clock::now();
+  runtime::position::set_phase(runtime::Phase::kForward);
+  const int m0 = timer_.mark();
+  p_.dp.before_forward(k == 0);  // a fully sharded model's root is gathered
+  if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
+    slow_compute(p_.cfg.debug.slow_ms);
+  }
+  model::LossOutput out;
+  {
+    compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
+    auto outputs = p_.model.forward(inputs);
+    out = p_.model.loss(outputs, targets);
+  }
+  torch::Tensor loss = out.loss;
+  if (inject_nan && k == 0) {
+    loss = loss * std::nan("");
+    out.loss_sum = std::nan("");
+    if (out.pending.defined()) {
+      out.pending = out.pending.clone();
+      out.pending[0].fill_(std::nan(""));
+    }
+  }
+  if (k_total > 1) loss = loss / static_cast<double>(k_total);
+  if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
+  const int m1 = timer_.mark();
+  timer_.add(kForward, m0, m1);
+  if (trace::on()) trace::record(0, "forward", t0, Clock::now());
+
+  auto t1 = Clock::now();
+  runtime::position::set_phase(runtime::Phase::kBackward);
+  p_.dp.before_backward(k == k_total - 1);
+  loss.backward();
+  if (p_.cfg.debug.hang_step == step + 1 && p_.cfg.debug.hang_rank == p_.env.runtime.world_rank()) {
+    hang_in_backward(p_.cfg.debug.hang_stop);
+  }
+  timer_.add(kBackward, m1, timer_.mark());
+  if (trace::on()) trace::record(0, "backward", t1, Clock::now());
+  const double reduce_wait = p_.dp.after_backward();
+  r.loss_sum += out.loss_sum;
+  r.correct += static_cast<double>(out.correct);
+  r.count += static_cast<double>(out.count);
+  // Sums left on the device (a GPU) are added there and read after the gradient norm.
+  if (out.pending.defined()) {
+    device_sums.pending =
+        device_sums.pending.defined() ? device_sums.pending + out.pending : out.pending;
+  }
+  return reduce_wait;
+}
+
+void StepRunner::skip_nonfinite(StepResult& r, std::int64_t step, int optimizer_mark,
+                                PhaseSeconds& phases) {
+  if (p_.scaler.enabled()) {
+    // Loss scaling: an overflow is expected now and then; skip the step and back off.
+    const double before = p_.scaler.scale();
+    p_.scaler.update(/*nonfinite=*/true);
+    r.loss_scale = p_.scaler.scale();
+    if (p_.scaler.below_min() && p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
+      stop_nonfinite(
+          str("non-finite gradients at step ", step, " with the loss scale already at ", before),
+          str(": it fell below optim.loss_scale_min = ", p_.cfg.optim.loss_scale.min,
+              ", so the gradients are not finite for another reason than float16 range. Lower "
+              "optim.lr, enable optim.grad_clip, check the data, or try run.precision=bf16"),
+          r.local_loss);
+    }
+    log::debug(str("step ", step, ": non-finite gradients, loss scale ", before, " -> ",
+                   r.loss_scale, ", step skipped"));
+  } else {
+    if (p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
+      stop_nonfinite(str("non-finite gradient norm at step ", step),
+                     "; stopped before the update, so no parameter or optimizer state was "
+                     "changed. Lower optim.lr, enable optim.grad_clip, check the data, or set "
+                     "optim.on_nonfinite=skip to skip such steps",
+                     r.local_loss);
+    }
+    const std::string loss_note = std::isfinite(r.local_loss)
+                                      ? "the loss on this rank was finite"
+                                      : str("the loss on this rank was ", r.local_loss);
+    log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
+  }
+  p_.dp.zero_grads();
+  r.skipped = true;
+  timer_.add(kOptimizer, optimizer_mark, timer_.mark());
+  if (!timer_.uses_events()) resolve_phases(phases);
+}
+
 StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
                             std::int64_t total_steps, PhaseSeconds& phases) {
   StepResult r;
   const int k_total = static_cast<int>(micro.size());
-  const at::ScalarType autocast_dtype = hpctrain::autocast_dtype(p_.cfg.run.precision);
   const double scale = p_.scaler.scale();
   const bool inject_nan = p_.debug.nan_loss(step);
   p_.model.train();
@@ -134,60 +230,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
     p_.pipeline->run(micro, p_.scaler.enabled() ? scale : 0, inject_nan, r, device_sums, phases);
   }
   for (int k = 0; k < (p_.pipeline ? 0 : k_total); ++k) {
-    torch::Tensor inputs, targets;
-    {
-      trace::Scope traced(0, "input copy");
-      comm::DeviceCopier::wait(micro[k].ready);  // copied on the copy stream: order after it
-      inputs = micro[k].inputs.to(p_.device, /*non_blocking=*/true);
-      targets = micro[k].targets.to(p_.device, /*non_blocking=*/true);
-    }
-    auto t0 = Clock::now();
-    runtime::position::set_phase(runtime::Phase::kForward);
-    const int m0 = timer_.mark();
-    p_.dp.before_forward(k == 0);  // a fully sharded model's root is gathered
-    if (p_.cfg.debug.slow_ms > 0 && p_.cfg.debug.slow_rank == p_.env.runtime.world_rank()) {
-      slow_compute(p_.cfg.debug.slow_ms);
-    }
-    model::LossOutput out;
-    {
-      compat::AutocastScope autocast(autocast_dtype, p_.device);  // forward, loss; off on error
-      auto outputs = p_.model.forward(inputs);
-      out = p_.model.loss(outputs, targets);
-    }
-    torch::Tensor loss = out.loss;
-    if (inject_nan && k == 0) {
-      loss = loss * std::nan("");
-      out.loss_sum = std::nan("");
-      if (out.pending.defined()) {
-        out.pending = out.pending.clone();
-        out.pending[0].fill_(std::nan(""));
-      }
-    }
-    if (k_total > 1) loss = loss / static_cast<double>(k_total);
-    if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
-    const int m1 = timer_.mark();
-    timer_.add(kForward, m0, m1);
-    if (trace::on()) trace::record(0, "forward", t0, Clock::now());
-
-    auto t1 = Clock::now();
-    runtime::position::set_phase(runtime::Phase::kBackward);
-    p_.dp.before_backward(k == k_total - 1);
-    loss.backward();
-    if (p_.cfg.debug.hang_step == step + 1 &&
-        p_.cfg.debug.hang_rank == p_.env.runtime.world_rank()) {
-      hang_in_backward(p_.cfg.debug.hang_stop);
-    }
-    timer_.add(kBackward, m1, timer_.mark());
-    if (trace::on()) trace::record(0, "backward", t1, Clock::now());
-    reduce_wait += p_.dp.after_backward();
-    r.loss_sum += out.loss_sum;
-    r.correct += static_cast<double>(out.correct);
-    r.count += static_cast<double>(out.count);
-    // Sums left on the device (a GPU) are added there and read after the gradient norm.
-    if (out.pending.defined()) {
-      device_sums.pending =
-          device_sums.pending.defined() ? device_sums.pending + out.pending : out.pending;
-    }
+    reduce_wait += micro_batch(micro[k], k, k_total, step, scale, inject_nan, r, device_sums);
   }
 
   // Every reconciliation of gradients after backward (dp buckets, tp-replicated averages).
@@ -219,42 +262,7 @@ StepResult StepRunner::step(std::vector<data::Batch>& micro, std::int64_t step,
   r.local_loss = r.count > 0 ? r.loss_sum / r.count : 0;
   r.lr = p_.cfg.schedule.lr(p_.cfg.optim.lr, step, total_steps);
   if (nonfinite(r.grad_norm)) {
-    if (p_.scaler.enabled()) {
-      // Loss scaling: an overflow is expected now and then; skip the step and back off.
-      const double before = p_.scaler.scale();
-      p_.scaler.update(/*nonfinite=*/true);
-      r.loss_scale = p_.scaler.scale();
-      if (p_.scaler.below_min() && p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
-        stop_nonfinite(
-            str("non-finite gradients at step ", step, " with the loss scale already at ", before),
-            str(": it fell below optim.loss_scale_min = ", p_.cfg.optim.loss_scale.min,
-                ", so the gradients are not finite for another reason than float16 range. Lower "
-                "optim.lr, enable optim.grad_clip, check the data, or try run.precision=bf16"),
-            r.local_loss);
-      }
-      log::debug(str("step ", step, ": non-finite gradients, loss scale ", before, " -> ",
-                     r.loss_scale, ", step skipped"));
-      p_.dp.zero_grads();
-      r.skipped = true;
-      timer_.add(kOptimizer, m2, timer_.mark());
-      if (!timer_.uses_events()) resolve_phases(phases);
-      return r;
-    }
-    if (p_.cfg.optim.on_nonfinite == NonFinitePolicy::kStop) {
-      stop_nonfinite(str("non-finite gradient norm at step ", step),
-                     "; stopped before the update, so no parameter or optimizer state was "
-                     "changed. Lower optim.lr, enable optim.grad_clip, check the data, or set "
-                     "optim.on_nonfinite=skip to skip such steps",
-                     r.local_loss);
-    }
-    const std::string loss_note = std::isfinite(r.local_loss)
-                                      ? "the loss on this rank was finite"
-                                      : str("the loss on this rank was ", r.local_loss);
-    log::rank_warn(str("skipping step ", step, ": non-finite gradient norm (", loss_note, ")"));
-    p_.dp.zero_grads();
-    r.skipped = true;
-    timer_.add(kOptimizer, m2, timer_.mark());
-    if (!timer_.uses_events()) resolve_phases(phases);
+    skip_nonfinite(r, step, m2, phases);
     return r;
   }
   if (p_.scaler.enabled()) {

@@ -20,6 +20,7 @@ struct ResourceSample;
 }
 namespace hpctrain::model {
 class Model;
+struct LossOutput;
 }
 namespace hpctrain::parallel {
 class DataParallelStrategy;
@@ -80,6 +81,16 @@ class StepRunner {
   bool host_timed() const { return !timer_.uses_events(); }
 
  private:
+  /// Forward and backward of micro-batch `k` of `k_total` (the step's `step`, losses scaled by
+  /// `scale`; `inject_nan`: debug.nan_step); its sums go to `r` or, left on the device, to
+  /// `device_sums`. Returns the seconds its gradient reduction waited (sharded gradients).
+  /// Collective over the dp group (as the strategy's hooks are).
+  double micro_batch(data::Batch& batch, int k, int k_total, std::int64_t step, double scale,
+                     bool inject_nan, StepResult& r, model::LossOutput& device_sums);
+  /// Skips a step whose gradients are not finite (backing off the loss scale), or ends the job
+  /// as optim.on_nonfinite says. `optimizer_mark`: the timer mark of the optimizer phase.
+  /// Collective over the world.
+  void skip_nonfinite(StepResult& r, std::int64_t step, int optimizer_mark, PhaseSeconds& phases);
   double global_grad_norm();
   /// The optimizer update and, when sharded, the all-gather of the updated parameters (counted
   /// in the optimizer phase). Collective over the dp group when sharded.
