@@ -12,6 +12,10 @@
 #   3. Checkpoints reshard: step 4's checkpoint of a tp = 2 run and of a dp = 2 run with
 #      parallel.shard = full resumes at other layouts (1 rank, dp = 2 with parallel.shard =
 #      optimizer, pp = 2, tp = 2) and continues the uninterrupted one-rank run's losses.
+#   4. Compressed evaluation: `compress --quantize int8` (every linear layer, int8 values and scales
+#      equal to quantize_dynamic's) evaluated on 2 ranks, and `eval --prune 0.5 --prune-scope
+#      layer`, each equal to scripts/llama_torch_reference.py's forward on the same weights with
+#      PyTorch's int8 linear (quantized::linear_dynamic) or l1_unstructured pruning.
 source "$(dirname "$0")/../lib.sh"
 
 fortunes=/usr/share/games/fortunes
@@ -160,4 +164,109 @@ resume tp2_to_pp2 tp2 2 --set parallel.pp=2
 resume full_to_tp2 full 2 --set parallel.tp=2
 resume full_to_1 full 1
 expect_grep "written on a dp=1 x tp=2 grid, this run is dp=1 x pp=2 x tp=1" "$TMP/tp2_to_pp2.txt"
+
+# --- 4. Compressed evaluation -----------------------------------------------------------------------
+# The one-rank run's step-8 checkpoint: int8 (every linear layer) evaluated on 2 ranks, pruning per
+# layer evaluated on 1, against the reference of scripts/llama_torch_reference.py on the same
+# weights (exported as a Hugging Face folder) with PyTorch's own int8 and pruning.
+ckpt=$TMP/ref/checkpoints/step_00000008
+expect_exit 0 "$TMP/int8.txt" "$HPCTRAIN_BIN" compress "$ckpt" --out "$TMP/q8" --quantize int8
+for layer in blocks.0.attn.q blocks.0.attn.k blocks.0.attn.v blocks.0.attn.o blocks.1.mlp.gate_up \
+  blocks.1.mlp.down lm_head; do
+  expect_grep "^ *$layer +linear +[0-9]+ +0.0000 +yes" "$TMP/int8.txt"
+done
+expect_exit 0 "$TMP/evq8.txt" mpirun_np 2 "$HPCTRAIN_BIN" eval --checkpoint "$TMP/q8" \
+  --max-samples 100 --batch-size 50 --results "$TMP/evq8"
+expect_grep "compressed \(int8\): float32 loss [0-9.]+" "$TMP/evq8.txt"
+expect_exit 0 "$TMP/evp50.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --prune 0.5 \
+  --prune-scope layer --max-samples 100 --batch-size 50 --results "$TMP/evp50"
+expect_exit 0 "$TMP/export.txt" "$HPCTRAIN_BIN" export "$ckpt" --format hf --out "$TMP/hf"
+"$PY" - "$TMP" "$HPCTRAIN_SOURCE_DIR/scripts" <<'PY' || fail "llama int8 / pruned evaluation against PyTorch"
+import glob, json, sys
+import h5py, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+import torch.nn.utils.prune as prune
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+tmp = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import llama_torch_reference as lref
+torch.set_num_threads(1)
+cfg, state = lref.read_folder(f"{tmp}/hf")
+T, V, L = 32, cfg["vocab_size"], cfg["num_hidden_layers"]
+with h5py.File(f"{tmp}/text/val.h5") as f:
+    tokens = torch.from_numpy(f["tokens"][: 100 * T + 1].astype(np.int64))
+x = torch.stack([tokens[i * T: i * T + T] for i in range(100)])
+y = torch.stack([tokens[i * T + 1: i * T + T + 1] for i in range(100)])
+def result(d):
+    [p] = glob.glob(f"{d}/**/step_00000008*.json", recursive=True)
+    return json.load(open(p))
+def loss_of(model):  # the evaluation's two batches of 50 sequences (int8 activations per batch)
+    with torch.no_grad():
+        logits = torch.cat([model(x[:50]), model(x[50:])])
+    loss = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1), reduction="sum").double().item()
+    return loss / y.numel(), (logits.argmax(-1) == y).sum().item() / y.numel()
+# hpctrain's linear layers and the Hugging Face tensors they hold (gate_up: gate's rows, then up's).
+hf = {"lm_head": ["lm_head"]}
+for i in range(L):
+    a, m = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+    hf.update({f"blocks.{i}.attn.{n}": [a + n + "_proj"] for n in "qkvo"})
+    hf[f"blocks.{i}.mlp.gate_up"] = [m + "gate_proj", m + "up_proj"]
+    hf[f"blocks.{i}.mlp.down"] = [m + "down_proj"]
+def linear(w):
+    l = nn.Linear(w.shape[1], w.shape[0], bias=False)
+    l.weight.data.copy_(w)
+    return l
+def quantized(w):
+    return quantize_dynamic(nn.Sequential(linear(w)), {nn.Linear: per_channel_dynamic_qconfig},
+                            dtype=torch.qint8)[0]
+man = json.load(open(glob.glob(f"{tmp}/q8/checkpoints/step_*/manifest.json")[0]))
+rec = man["trainer_state"]["compression"]
+assert sorted(l["layer"] for l in rec["layers"] if l["int8"]) == sorted(hf), rec["layers"]
+torch.backends.quantized.engine = rec["engine"]
+# int8 values and per-row scales: quantize_dynamic's of the folder's tensors (rows concatenated).
+with h5py.File(glob.glob(f"{tmp}/q8/checkpoints/step_*/int8.h5")[0]) as f:
+    for layer, names in hf.items():
+        q = quantized(torch.cat([state[n + ".weight"].float() for n in names]))
+        assert torch.equal(torch.from_numpy(f[f"/{layer}.weight"][()]), q.weight().int_repr()), layer
+        assert torch.equal(torch.from_numpy(f[f"/{layer}.weight_scale"][()]).double(),
+                           q.weight().q_per_channel_scales()), layer
+print(f"int8 values and scales of the {len(hf)} linear layers equal quantize_dynamic's (engine {rec['engine']})")
+# The reference's forward with each linear weight through its quantize_dynamic module
+# (quantized::linear_dynamic); q and k rows are in the reference's pair order, which per-row
+# quantization and a matmul carry along.
+model = lref.Reference(cfg, state)
+by_weight = {model.p(n + ".weight").data_ptr(): quantized(model.p(n + ".weight").detach())
+             for names in hf.values() for n in names}
+plain = F.linear
+def int8_linear(inp, weight, bias=None):
+    m = by_weight.get(weight.data_ptr())
+    if m is None:
+        return plain(inp, weight, bias)
+    out = m(inp.reshape(-1, inp.shape[-1])).view(*inp.shape[:-1], -1)
+    return out if bias is None else out + bias
+q8 = result(f"{tmp}/evq8")
+lref.F.linear = int8_linear
+try:
+    qloss, qacc = loss_of(model)
+finally:
+    lref.F.linear = plain
+f32 = q8["compression"]["float32"]
+print(f"int8: PyTorch loss {qloss:.6f} accuracy {qacc:.4f}, hpctrain (2 ranks) {q8['loss']:.6f} "
+      f"{q8['accuracy']:.4f}; float32 {f32['loss']:.6f}")
+assert q8["grid"] == {"dp": 2, "tp": 1}, q8["grid"]
+assert abs(qloss - q8["loss"]) < 1e-5 * qloss and qacc == q8["accuracy"], (qloss, qacc, q8)
+assert abs(loss_of(model)[0] - f32["loss"]) < 1e-5 * f32["loss"], f32
+assert qloss != f32["loss"], "int8 evaluation gave the float32 loss"
+# Pruning per layer at 0.5: l1_unstructured on each hpctrain layer's weight (gate_up: both halves
+# under one threshold), then the reference's float32 loss.
+pruned = dict(state)
+for layer, names in hf.items():
+    l = linear(torch.cat([state[n + ".weight"].float() for n in names]))
+    prune.l1_unstructured(l, "weight", amount=0.5)
+    for n, part in zip(names, l.weight.detach().chunk(len(names))):
+        pruned[n + ".weight"] = part.clone()
+p50 = result(f"{tmp}/evp50")
+ploss, pacc = loss_of(lref.Reference(cfg, pruned))
+print(f"pruned 0.5 per layer: PyTorch loss {ploss:.6f}, hpctrain {p50['loss']:.6f}")
+assert abs(ploss - p50["loss"]) < 1e-5 * ploss and pacc == p50["accuracy"], (ploss, pacc, p50)
+PY
 finish
