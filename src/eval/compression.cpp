@@ -184,8 +184,8 @@ CompressedModel compress_model(model::Model& model, const CompressionSpec& spec)
     out.report["convolutions"] = "float32 (only linear layers are quantized)";
     if (model.task() == Task::kLanguageModel) {
       out.report["kept_float32"] =
-          "token and position embeddings (and the output head when it is tied to the token "
-          "embedding), LayerNorms";
+          "the embeddings (and the output head when it is tied to the token embedding) and the "
+          "normalisations (LayerNorm, RMSNorm)";
     }
   }
   out.report["layers"] = per_layer;

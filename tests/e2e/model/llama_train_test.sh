@@ -221,6 +221,7 @@ def quantized(w):
 man = json.load(open(glob.glob(f"{tmp}/q8/checkpoints/step_*/manifest.json")[0]))
 rec = man["trainer_state"]["compression"]
 assert sorted(l["layer"] for l in rec["layers"] if l["int8"]) == sorted(hf), rec["layers"]
+assert "RMSNorm" in rec["kept_float32"], rec["kept_float32"]
 torch.backends.quantized.engine = rec["engine"]
 # int8 values and per-row scales: quantize_dynamic's of the folder's tensors (rows concatenated).
 with h5py.File(glob.glob(f"{tmp}/q8/checkpoints/step_*/int8.h5")[0]) as f:
@@ -251,10 +252,12 @@ finally:
     lref.F.linear = plain
 f32 = q8["compression"]["float32"]
 print(f"int8: PyTorch loss {qloss:.6f} accuracy {qacc:.4f}, hpctrain (2 ranks) {q8['loss']:.6f} "
-      f"{q8['accuracy']:.4f}; float32 {f32['loss']:.6f}")
+      f"{q8['accuracy']:.4f} (relative difference {abs(qloss - q8['loss']) / qloss:.1e}); float32 "
+      f"{f32['loss']:.6f}")
 assert q8["grid"] == {"dp": 2, "tp": 1}, q8["grid"]
-assert abs(qloss - q8["loss"]) < 1e-5 * qloss and qacc == q8["accuracy"], (qloss, qacc, q8)
-assert abs(loss_of(model)[0] - f32["loss"]) < 1e-5 * f32["loss"], f32
+# Measured 2.5e-9 relative; one layer left in float32 (mlp.down) moves it by 3.8e-6.
+assert abs(qloss - q8["loss"]) < 1e-6 * qloss and qacc == q8["accuracy"], (qloss, qacc, q8)
+assert abs(loss_of(model)[0] - f32["loss"]) < 1e-6 * f32["loss"], f32
 assert qloss != f32["loss"], "int8 evaluation gave the float32 loss"
 # Pruning per layer at 0.5: l1_unstructured on each hpctrain layer's weight (gate_up: both halves
 # under one threshold), then the reference's float32 loss.
@@ -266,7 +269,8 @@ for layer, names in hf.items():
         pruned[n + ".weight"] = part.clone()
 p50 = result(f"{tmp}/evp50")
 ploss, pacc = loss_of(lref.Reference(cfg, pruned))
-print(f"pruned 0.5 per layer: PyTorch loss {ploss:.6f}, hpctrain {p50['loss']:.6f}")
-assert abs(ploss - p50["loss"]) < 1e-5 * ploss and pacc == p50["accuracy"], (ploss, pacc, p50)
+print(f"pruned 0.5 per layer: PyTorch loss {ploss:.6f}, hpctrain {p50['loss']:.6f} (relative "
+      f"difference {abs(ploss - p50['loss']) / ploss:.1e})")
+assert abs(ploss - p50["loss"]) < 1e-6 * ploss and pacc == p50["accuracy"], (ploss, pacc, p50)
 PY
 finish
