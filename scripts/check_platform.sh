@@ -89,12 +89,14 @@ packages=(
   libopenmpi-dev openmpi-bin
   libhdf5-openmpi-dev hdf5-tools
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+  libpcre2-dev libicu-dev
   libgtest-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy python3-yaml python3-onnx
   dataset-fashion-mnist fortunes
   slurm-wlm munge
   zlib1g-dev
   python3-protobuf python3-crcmod protobuf-compiler chromium
+  nodejs
 )
 
 # The Debian mirror this machine's apt uses (deb822 .sources files or one-line lists).
@@ -177,6 +179,12 @@ fi
 in_root 'printf "check_platform: %s: LibTorch %s, %s, HDF5 %s, %s\n" "$(. /etc/os-release; echo "$PRETTY_NAME")" \
   "$(dpkg-query -W -f="\${Version}" libtorch-dev)" "$(mpirun --version | head -n 1)" \
   "$(dpkg-query -W -f="\${Version}" libhdf5-openmpi-dev)" "$(ldd --version | head -n 1)"' >&2
+# The npm test references (tokenizers, ONNX Runtime) go into the build directory from this
+# machine's npm (scripts/setup.sh --npm-only): the root's node runs them.
+if ! BUILD_DIR=$build "$src/scripts/setup.sh" --npm-only >"$cache/npm.log" 2>&1; then
+  cat "$cache/npm.log" >&2
+  die "the npm test references could not be installed into $build/npm (log above)"
+fi
 ((root_only)) && exit 0
 
 # ---- Build and test inside --------------------------------------------------------------------

@@ -63,6 +63,13 @@ install_npm_references() {
   rm -f "$log"
 }
 
+# --npm-only: only the npm test references, into $BUILD_DIR/npm (scripts/check_platform.sh puts
+# them into another platform's build directory this way).
+if [[ ${1:-} == --npm-only ]]; then
+  install_npm_references
+  exit
+fi
+
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages present"
   install_npm_references
