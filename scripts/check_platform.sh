@@ -93,7 +93,7 @@ packages=(
   libgtest-dev libbenchmark-dev
   python3 python3-torch python3-h5py python3-numpy python3-yaml python3-onnx
   dataset-fashion-mnist fortunes
-  slurm-wlm munge
+  slurm-wlm munge universal-ctags
   zlib1g-dev
   python3-protobuf python3-crcmod protobuf-compiler chromium
   nodejs
