@@ -1,7 +1,5 @@
 #include "pipeline_step.hpp"
 
-#include <cmath>
-
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/device_copy.hpp"
 #include "hpctrain/comm/environment.hpp"
@@ -78,26 +76,8 @@ void PipelineStep::run(std::vector<data::Batch>& micro, double loss_scale, bool 
     torch::Tensor out = p_.model.forward_chunk(chunk, x);
     if (model_stage != last_stage) return out;
     comm::DeviceCopier::wait(batch.ready);
-    model::LossOutput o = p_.model.loss(out, batch.targets.to(p_.device, /*non_blocking=*/true));
-    torch::Tensor loss = o.loss;
-    if (inject_nan && m == 0) {
-      loss = loss * std::nan("");
-      o.loss_sum = std::nan("");
-      if (o.pending.defined()) {
-        o.pending = o.pending.clone();
-        o.pending[0].fill_(std::nan(""));
-      }
-    }
-    if (k_total > 1) loss = loss / static_cast<double>(k_total);
-    if (loss_scale > 0) loss = loss * loss_scale;  // a power of two: exact
-    r.loss_sum += o.loss_sum;
-    r.correct += static_cast<double>(o.correct);
-    r.count += static_cast<double>(o.count);
-    if (o.pending.defined()) {
-      device_sums.pending =
-          device_sums.pending.defined() ? device_sums.pending + o.pending : o.pending;
-    }
-    return loss;
+    return micro_batch_loss(p_.model.loss(out, batch.targets.to(p_.device, /*non_blocking=*/true)),
+                            inject_nan && m == 0, k_total, loss_scale, r, device_sums);
   };
   // Each chunk's gradients are final after its last micro-batch's backward: the dp buckets are
   // reduced then, while the rest of the schedule runs.

@@ -102,9 +102,12 @@ bool StepRunner::nonfinite(double grad_norm) {
 
 void StepRunner::stop_nonfinite(const std::string& what, const std::string& advice,
                                 double local_loss) {
-  // Which ranks' losses were not finite: one more agreement, on the way out only.
+  // Which ranks' losses were not finite: one more agreement, on the way out only. In a pipeline
+  // the last stage computes the loss and shares it with the others: only its ranks are named.
+  const runtime::ProcessGrid& grid = p_.env.grid;
+  const bool computes_loss = grid.pp_rank() == grid.pp_size() - 1;
   const auto first = p_.env.control.world->first_problem(
-      std::isfinite(local_loss) ? std::string() : str(local_loss));
+      !computes_loss || std::isfinite(local_loss) ? std::string() : str(local_loss));
   const std::string loss_note =
       first ? str("the loss was ", first->second, " on rank ", first->first,
                   p_.env.runtime.world_size() > 1 ? ", the lowest such rank" : "")
@@ -117,6 +120,30 @@ void StepRunner::update(double lr) {
   p_.dp.before_update();
   p_.optimizer.step(lr);
   p_.dp.after_update();
+}
+
+torch::Tensor micro_batch_loss(model::LossOutput out, bool inject_nan, int k_total,
+                               double loss_scale, StepResult& r, model::LossOutput& device_sums) {
+  torch::Tensor loss = out.loss;
+  if (inject_nan) {
+    loss = loss * std::nan("");
+    out.loss_sum = std::nan("");
+    if (out.pending.defined()) {
+      out.pending = out.pending.clone();
+      out.pending[0].fill_(std::nan(""));
+    }
+  }
+  if (k_total > 1) loss = loss / static_cast<double>(k_total);
+  if (loss_scale > 0) loss = loss * loss_scale;  // a power of two: exact
+  r.loss_sum += out.loss_sum;
+  r.correct += static_cast<double>(out.correct);
+  r.count += static_cast<double>(out.count);
+  // Sums left on the device (a GPU) are added there and read after the gradient norm.
+  if (out.pending.defined()) {
+    device_sums.pending =
+        device_sums.pending.defined() ? device_sums.pending + out.pending : out.pending;
+  }
+  return loss;
 }
 
 double StepRunner::micro_batch(data::Batch& batch, int k, int k_total, std::int64_t step,
@@ -144,17 +171,8 @@ double StepRunner::micro_batch(data::Batch& batch, int k, int k_total, std::int6
     auto outputs = p_.model.forward(inputs);
     out = p_.model.loss(outputs, targets);
   }
-  torch::Tensor loss = out.loss;
-  if (inject_nan && k == 0) {
-    loss = loss * std::nan("");
-    out.loss_sum = std::nan("");
-    if (out.pending.defined()) {
-      out.pending = out.pending.clone();
-      out.pending[0].fill_(std::nan(""));
-    }
-  }
-  if (k_total > 1) loss = loss / static_cast<double>(k_total);
-  if (p_.scaler.enabled()) loss = loss * scale;  // a power of two: exact
+  torch::Tensor loss = micro_batch_loss(std::move(out), inject_nan && k == 0, k_total,
+                                        p_.scaler.enabled() ? scale : 0, r, device_sums);
   const int m1 = timer_.mark();
   timer_.add(kForward, m0, m1);
   if (trace::on()) trace::record(0, "forward", t0, Clock::now());
@@ -168,16 +186,7 @@ double StepRunner::micro_batch(data::Batch& batch, int k, int k_total, std::int6
   }
   timer_.add(kBackward, m1, timer_.mark());
   if (trace::on()) trace::record(0, "backward", t1, Clock::now());
-  const double reduce_wait = p_.dp.after_backward();
-  r.loss_sum += out.loss_sum;
-  r.correct += static_cast<double>(out.correct);
-  r.count += static_cast<double>(out.count);
-  // Sums left on the device (a GPU) are added there and read after the gradient norm.
-  if (out.pending.defined()) {
-    device_sums.pending =
-        device_sums.pending.defined() ? device_sums.pending + out.pending : out.pending;
-  }
-  return reduce_wait;
+  return p_.dp.after_backward();
 }
 
 void StepRunner::skip_nonfinite(StepResult& r, std::int64_t step, int optimizer_mark,

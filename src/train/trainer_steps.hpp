@@ -45,6 +45,14 @@ struct StepResult {
   double loss_scale = 0;  ///< the loss scale after this step's update (0: no loss scaling)
 };
 
+/// One micro-batch's loss as backward takes it, its metric sums added to `r` (host values) and
+/// `device_sums` (sums a GPU loss left on the device): made NaN when `inject_nan` (the debug
+/// section's nan_step), divided by the step's `k_total` micro-batches and multiplied by
+/// `loss_scale` (a power of two: exact; 0: no loss scaling). The plain and the pipeline step
+/// share it.
+torch::Tensor micro_batch_loss(model::LossOutput out, bool inject_nan, int k_total,
+                               double loss_scale, StepResult& r, model::LossOutput& device_sums);
+
 /// Runs optimizer steps. Collective over the world (dp all-reduce of gradients, tp inside the
 /// model and for the gradient norm).
 class StepRunner {

@@ -4,7 +4,8 @@
 # evaluation, the same logical checkpoint tensors under the same names; the ledger records the
 # bubble next to the formula's and the trace shows each stage's forward and backward of every
 # micro-batch; the pp = 2 checkpoint resumes at pp = 1, pp = 4, dp = 2 and tp = 2 x pp = 2 and
-# continues the reference's losses; `hpctrain plan` predicts the bubble; shape errors exit 2.
+# continues the reference's losses; `hpctrain plan` predicts the bubble; shape errors exit 2; a
+# NaN loss on the last stage stops every stage (exit 6).
 source "$(dirname "$0")/../lib.sh"
 
 fortunes=/usr/share/games/fortunes
@@ -137,4 +138,12 @@ expect_grep "multiple of parallel.pp = 2" "$TMP/micro.txt"
 expect_exit 2 "$TMP/world.txt" mpirun_np 3 "$HPCTRAIN_BIN" train "${common[@]}" --set parallel.pp=2 \
   --set "run.dir=$TMP/bad-world"
 expect_grep "world size 3 is not divisible by parallel.pp x parallel.tp = 2 x 1 = 2" "$TMP/world.txt"
+
+# A NaN loss on the last stage (rank 1) at step 3: every stage stops before the update (exit 6,
+# one message), as at pp = 1 (tests/e2e/train/train_errors_test.sh).
+expect_exit 6 "$TMP/nan.txt" mpirun_np 2 "$HPCTRAIN_BIN" train "${common[@]}" --set parallel.pp=2 \
+  --set "run.dir=$TMP/nan" --set debug.nan_step=3 --set debug.nan_rank=1
+# The last stage computes the loss and shares it: the message names its rank, not rank 0.
+expect_grep "non-finite gradient norm at step 3 \(the loss was nan on rank 1, the lowest such rank\)" "$TMP/nan.txt"
+[[ $(grep -c "error:" "$TMP/nan.txt") == 1 ]] || fail "NaN at pp = 2: not one error line: $(cat "$TMP/nan.txt")"
 finish
