@@ -150,10 +150,10 @@ void check_export_request(const eval::RunConfig& config, const std::string& dir,
                             context, "; nothing written"));
     }
   }
-  if (checkpoint::read_manifest(dir)
-          .value("trainer_state", nlohmann::json::object())
-          .contains("compression")) {
-    const auto& c = checkpoint::read_manifest(dir)["trainer_state"]["compression"];
+  // The manifest held by name: a reference into read_manifest's temporary would dangle.
+  const nlohmann::json manifest = checkpoint::read_manifest(dir);
+  if (manifest.value("trainer_state", nlohmann::json::object()).contains("compression")) {
+    const nlohmann::json& c = manifest["trainer_state"]["compression"];
     if (c.value("quantize", std::string()) == "int8") {
       throw ConfigError(str(dir,
                             " is an int8 checkpoint (hpctrain compress --quantize int8): "

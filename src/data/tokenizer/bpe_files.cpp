@@ -240,7 +240,8 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& json_path) {
   const json file = parse_json(text, json_path, "tokenizer file");
   const Where where{str("tokenizer file '", json_path, "'")};
   if (!file.is_object()) throw DataError(str(where.file, " should hold a JSON object"));
-  const json& model = member(file, "model", where, "");
+  const std::string top_level;  // the file's own keys: no enclosing field
+  const json& model = member(file, "model", where, top_level);
   check_model_options(model, where);
   BpeParts parts;
   read_added_tokens(file.value("added_tokens", json()), where, parts);

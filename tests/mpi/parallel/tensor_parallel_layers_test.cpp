@@ -46,9 +46,9 @@ TensorShard shard_named(const std::vector<std::pair<std::string, TensorShard>>& 
 // out: per stacked block its slice, zero-padded past `out`.
 torch::Tensor local_columns(const torch::Tensor& full, std::int64_t stacked, int tp_rank,
                             int tp_size) {
-  std::vector<std::int64_t> shape = full.sizes().vec();
-  const std::int64_t out = shape.back();
-  shape.back() = stacked;
+  const std::int64_t out = full.size(-1);
+  std::vector<std::int64_t> shape(full.sizes().begin(), full.sizes().end() - 1);
+  shape.push_back(stacked);
   shape.push_back(out / stacked);
   torch::Tensor blocks = full.reshape(shape);  // [.., P, out/P]
   TensorShard s{blocks.sizes().vec(), static_cast<int>(blocks.dim()) - 1};
