@@ -61,6 +61,12 @@ for layer in blocks.0.attn.qkv blocks.0.attn.proj blocks.1.mlp.fc blocks.1.mlp.p
 done
 expect_exit 0 "$TMP/prune.txt" "$HPCTRAIN_BIN" compress "$ckpt" --out "$TMP/p50" --prune 0.5 \
   --prune-scope layer
+# An int8 checkpoint is not exported (its float32 source is): exit 2 naming the source.
+expect_exit 2 "$TMP/export_q8.txt" "$HPCTRAIN_BIN" export "$TMP/q8" --format pytorch \
+  --out "$TMP/q8.pt"
+expect_grep "is an int8 checkpoint \(hpctrain compress --quantize int8\): export the float32 checkpoint it came from \($ckpt\)" \
+  "$TMP/export_q8.txt"
+[[ ! -e $TMP/q8.pt ]] || fail "q8.pt written after a refused export"
 for d in q8 p50; do
   expect_exit 0 "$TMP/verify_$d.txt" "$PY" "$HPCTRAIN_SOURCE_DIR/scripts/load_checkpoint.py" \
     "$TMP/$d" --verify --quiet
