@@ -124,7 +124,9 @@ def main():
     except (ValueError, TypeError) as e:
         print(f"export_model.py: {e}", file=sys.stderr)
         return 2
-    module.load_state_dict(rename(torch.load(args.state)), strict=True)
+    # hpctrain's own file (torch::pickle_save): its typed dict's LibTorch tag is refused by the
+    # weights_only loading that PyTorch 2.6 made the default.
+    module.load_state_dict(rename(torch.load(args.state, weights_only=False)), strict=True)
     module.eval()
     tmp = args.out + ".tmp"
     language_model = section.get("name") == "gpt"

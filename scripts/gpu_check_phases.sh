@@ -452,7 +452,7 @@ res = {"phase": "onnxruntime", "ok": False, "samples": n, "tolerance": 1e-4}
 try:
     import onnxruntime as ort
     import torch
-    ref = torch.load(f"{work}/cnn-outputs.pt").numpy()
+    ref = torch.load(f"{work}/cnn-outputs.pt", weights_only=False).numpy()
     raw = np.load(inputs)[:n]
     x = (np.arange(256) / 255.0).astype(np.float32)[raw]  # hpctrain's uint8 -> [0, 1] table
     s = ort.InferenceSession(f"{work}/cnn.onnx", providers=["CPUExecutionProvider"])

@@ -33,7 +33,7 @@ for name, e in expected.items():
         print(f"FAIL: {name}: loaded {t.dtype} {list(t.shape)}\n{t}\nexpected {dtype}\n{want}")
         failures += 1
 if len(sys.argv) > 3:
-    saved = torch.load(sys.argv[3])["model"]
+    saved = torch.load(sys.argv[3], weights_only=False)["model"]
     model = load_checkpoint.load_state_dict(ckpt)
     if list(saved) != list(model) or not all(torch.equal(saved[k], model[k]) for k in saved):
         print(f"FAIL: torch.load({sys.argv[3]}) differs from the checkpoint's state_dict")

@@ -38,7 +38,7 @@ import load_checkpoint
 tmp, ckpt, test = sys.argv[1:]
 torch.set_num_threads(1)
 state = load_checkpoint.load_state_dict(ckpt)
-exported = torch.load(f"{tmp}/model.pytorch")
+exported = torch.load(f"{tmp}/model.pytorch", weights_only=False)
 assert isinstance(exported, dict) and sorted(exported) == sorted(state), (list(exported), list(state))
 assert list(exported)[:2] == ["fc1.weight", "fc1.bias"], list(exported)  # the model's order
 for k in state:
@@ -221,7 +221,7 @@ print("PyTorch quantize_dynamic accuracy", correct / 2000, "hpctrain int8", res[
 # and activation ranges, so the two differ only where float rounding (bias, accumulation order of
 # the kernels) moves a hidden activation across an int8 rounding boundary: one activation step
 # (scale = batch range / 127, reduce_range) times a weight row, about 1e-3 of the logit range.
-mine = torch.load(f"{tmp}/q8_logits.pt")
+mine = torch.load(f"{tmp}/q8_logits.pt", weights_only=False)
 assert mine.shape == (2000, 10) and mine.dtype == torch.float32, (mine.shape, mine.dtype)
 INT8_TOL = 1e-3 * theirs.abs().max().item()
 diff = (mine - theirs).abs().max().item()

@@ -39,7 +39,7 @@ run = subprocess.run(["node", os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "s
                       "--batch", "7"], capture_output=True, text=True)
 assert run.returncode == 0, run.stderr
 info = json.loads(run.stdout)
-ours = torch.load(saved).numpy()
+ours = torch.load(saved, weights_only=False).numpy()
 theirs = np.fromfile(f"{tmp}/{name}.out", dtype=np.float32).reshape(info["output_shape"])
 assert theirs.shape == ours.shape, (theirs.shape, ours.shape)
 scale = np.abs(ours).max()

@@ -20,7 +20,7 @@ if "--tol" in args:
 module = torch.jit.load(args[1])
 state = load_checkpoint.load_state_dict(args[0])
 module.load_state_dict(state, strict=True)
-reference = torch.load(args[2])
+reference = torch.load(args[2], weights_only=False)
 loaded = module.state_dict()
 assert sorted(loaded) == sorted(reference), (sorted(loaded), sorted(reference))
 bad = []

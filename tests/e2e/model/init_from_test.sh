@@ -213,7 +213,7 @@ import sys, torch
 tmp, scripts = sys.argv[1:]
 sys.path.insert(0, scripts)
 import load_checkpoint
-want = torch.load(f"{tmp}/mlp.pt")
+want = torch.load(f"{tmp}/mlp.pt", weights_only=False)
 got = load_checkpoint.load_state_dict(f"{tmp}/run_mlp")
 assert set(got) == set(want), (sorted(got), sorted(want))
 for k in want:

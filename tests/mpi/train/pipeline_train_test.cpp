@@ -178,7 +178,10 @@ double check_case(const Case& c) {
 
   // Every parameter of this rank's stages (its tp shard) against the same shard without stages:
   // world rank r's tp rank is the reference rank's (r mod tp), and dp replicas are identical.
-  const double param_tol = bf16 ? 2e-3 : 2e-6;
+  // bf16: the k biases' gradients are zero but for rounding (softmax ignores a shift), and Adam
+  // scales that noise to lr-sized steps: blocks.0.attn.qkv.bias differs by up to 2.7e-3 with
+  // LibTorch 2.6's CPU autocast (Debian 13), 1e-3 with 1.13's; the losses stay within 1e-4.
+  const double param_tol = bf16 ? 5e-3 : 2e-6;
   for (const auto& [name, value] : mine) {
     auto it = theirs.find(name);
     if (it == theirs.end() || value.sizes() != it->second.sizes()) {

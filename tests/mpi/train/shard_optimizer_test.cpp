@@ -125,8 +125,9 @@ TrainResult train_on(MPI_Comm base, Config config, const std::string& resume = "
   return run;
 }
 
-// Bitwise at dp <= 2, else within `tol` (a different reduction order).
-void expect_same(const TrainResult& a, const TrainResult& b, double tol, const std::string& what) {
+// Bitwise at dp <= 2, else within `tol`, at least `floor` (a different reduction order).
+void expect_same(const TrainResult& a, const TrainResult& b, double tol, const std::string& what,
+                 double floor = 1e-6) {
   const bool bitwise = rt().world_size() <= 2;
   ASSERT_EQ(a.params.size(), b.params.size()) << what;
   for (std::size_t i = 0; i < a.params.size(); ++i) {
@@ -136,7 +137,7 @@ void expect_same(const TrainResult& a, const TrainResult& b, double tol, const s
       EXPECT_TRUE(torch::equal(x, y))
           << what << ": " << name << " differs by " << (x - y).abs().max().item<double>();
     } else {
-      EXPECT_LE((x - y).abs().max().item<double>(), std::max(tol, 1e-6)) << what << ": " << name;
+      EXPECT_LE((x - y).abs().max().item<double>(), std::max(tol, floor)) << what << ": " << name;
     }
   }
   ASSERT_EQ(a.losses.size(), b.losses.size()) << what;
@@ -149,7 +150,7 @@ void expect_same(const TrainResult& a, const TrainResult& b, double tol, const s
     } else if (bitwise && tol == 0) {
       EXPECT_EQ(a.losses[s], b.losses[s]) << what << ": loss at step " << s + 1;
     } else {
-      EXPECT_NEAR(a.losses[s], b.losses[s], std::max(tol, 1e-6)) << what << ": step " << s + 1;
+      EXPECT_NEAR(a.losses[s], b.losses[s], std::max(tol, floor)) << what << ": step " << s + 1;
     }
   }
 }
@@ -173,6 +174,7 @@ struct Case {
   const char* settings;
   double tol;  // 0: bitwise at dp <= 2
   const char* model = kMlp;
+  double reordered = 1e-6;  // the least tolerance at dp > 2 (another reduction order)
 };
 
 const char* const kModes[] = {"optimizer", "gradients", "full"};
@@ -192,7 +194,7 @@ TEST_P(ShardedOptimizer, MatchesUnshardedStepByStep) {
   const bool per_micro_batch =
       mode != "optimizer" && std::string(c.settings).find("grad_accumulation") != std::string::npos;
   expect_same(sharded, plain, per_micro_batch ? std::max(c.tol, 1e-6) : c.tol,
-              str(c.name, " ", mode));
+              str(c.name, " ", mode), c.reordered);
   // Every dp rank ends with the same parameters (the all-gather), bitwise.
   for (auto& [name, tensor] : sharded.params) {
     auto copy = tensor.clone();
@@ -227,7 +229,10 @@ INSTANTIATE_TEST_SUITE_P(
             // unsharded.
             Case{"mlp_bf16", "run.precision=bf16 parallel.bucket_mb=0", 0},
             Case{"cnn_bf16", "run.precision=bf16", 0, kCnn},
-            Case{"gpt_bf16", "run.precision=bf16 optim.lr=0.0006 parallel.bucket_mb=0", 0, kGpt},
+            // At dp > 2 the k biases' rounding noise, scaled up by Adam, differs by up to 1.5e-5
+            // with LibTorch 2.6's CPU autocast (Debian 13); within 1e-6 with 1.13's.
+            Case{"gpt_bf16", "run.precision=bf16 optim.lr=0.0006 parallel.bucket_mb=0", 0, kGpt,
+                 1e-4},
             // Dynamic loss scaling on float32 (the fp16 path on CPU; power-of-two scales are
             // exact).
             Case{"mlp_loss_scale", "optim.loss_scale=dynamic optim.loss_scale_window=3", 0},
