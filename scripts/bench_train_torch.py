@@ -59,6 +59,9 @@ def load(path):
 def worker(rank, args, port, queue):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
+    # TCPStore without libuv: its default since PyTorch 2.4, absent from Debian 13's build
+    # (PyTorch 1.13 ignores the variable).
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
     torch.manual_seed(args.seed)
     model = Mlp() if args.model == "mlp" else Cnn()

@@ -308,6 +308,9 @@ def worker(rank, args, port, queue):
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(device)
+    # TCPStore without libuv: its default since PyTorch 2.4, absent from Debian 13's build
+    # (PyTorch 1.13 ignores the variable).
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=args.nproc)
     cfg, o = load_config(args.config, args.set)

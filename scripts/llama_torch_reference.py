@@ -386,6 +386,9 @@ def train_worker(rank, args, port, queue):
     if hasattr(os, "sched_setaffinity") and args.pin:
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[rank % len(cores)]})
+    # TCPStore without libuv: its default since PyTorch 2.4, absent from Debian 13's build
+    # (PyTorch 1.13 ignores the variable).
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=args.nproc)
     cfg = yaml.safe_load(open(args.config))

@@ -30,6 +30,11 @@ import sys
 import h5py
 import numpy as np
 import torch
+
+# Plain kernels, as hpctrain runs the module: PyTorch 2.x's profiling executor would otherwise
+# compile fused kernels with LLVM at every new shape (minutes per run with Debian 13's torch).
+torch._C._jit_override_can_fuse_on_cpu(False)
+torch._C._jit_set_texpr_fuser_enabled(False)
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))

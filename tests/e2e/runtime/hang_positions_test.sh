@@ -81,7 +81,7 @@ freeze() {
   kill -CONT "$pid" 2>/dev/null
   kill -KILL "$pid" 2>/dev/null
   ((rc == 7)) || fail "$name: exit $rc, expected 7 (the collective timeout)"
-  grep "error: collective" "$TMP/$name.txt" | head -1 >"$TMP/$name-report.txt"
+  grep -a "error: collective" "$TMP/$name.txt" | head -1 >"$TMP/$name-report.txt"
   echo "$name: stopped rank $victim_rank after step $after: $(cat "$TMP/$name-report.txt")"
   "$PY" - "$TMP/$name-report.txt" "$victim_rank" <<'PY' || fail "$name: the report is wrong (above)"
 import re, sys
