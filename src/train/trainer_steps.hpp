@@ -21,7 +21,7 @@ struct ResourceSample;
 namespace hpctrain::model {
 class Model;
 struct LossOutput;
-}
+}  // namespace hpctrain::model
 namespace hpctrain::parallel {
 class DataParallelStrategy;
 }

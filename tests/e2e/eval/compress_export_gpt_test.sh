@@ -93,18 +93,16 @@ from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 sys.path.insert(0, os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "scripts"))
 import gpt_torch_reference as ref
 import load_checkpoint
+sys.path.insert(0, os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "tests", "e2e", "eval"))
+import lm_eval_data
 tmp, ckpt, val = sys.argv[1:]
 torch.set_num_threads(1)
 sd = load_checkpoint.load_state_dict(ckpt)  # logical tensors, gathered from the tp=2 shards
 assert sd["blocks.0.attn.qkv.weight"].shape == (3, 32, 32) and sd["lm_head.weight"].shape == (256, 32)
 T = 32
-with h5py.File(val) as f:
-    tokens = torch.from_numpy(f["tokens"][: 100 * T + 1].astype(np.int64))
-x = torch.stack([tokens[i * T: i * T + T] for i in range(100)])
-y = torch.stack([tokens[i * T + 1: i * T + T + 1] for i in range(100)])
+x, y = lm_eval_data.windows(val, 100, T)
 def result(d):
-    [p] = glob.glob(f"{d}/**/step_00000040*.json", recursive=True)
-    return json.load(open(p))
+    return lm_eval_data.result(d, 40)
 def score(logits):
     loss = F.cross_entropy(logits.reshape(-1, 256), y.reshape(-1), reduction="sum").double().item()
     return loss / y.numel(), (logits.argmax(-1) == y).sum().item() / y.numel()

@@ -182,23 +182,21 @@ expect_exit 0 "$TMP/evp50.txt" "$HPCTRAIN_BIN" eval --checkpoint "$ckpt" --prune
   --prune-scope layer --max-samples 100 --batch-size 50 --results "$TMP/evp50"
 expect_exit 0 "$TMP/export.txt" "$HPCTRAIN_BIN" export "$ckpt" --format hf --out "$TMP/hf"
 "$PY" - "$TMP" "$HPCTRAIN_SOURCE_DIR/scripts" <<'PY' || fail "llama int8 / pruned evaluation against PyTorch"
-import glob, json, sys
-import h5py, numpy as np, torch, torch.nn as nn, torch.nn.functional as F
+import glob, json, os, sys
+import h5py, torch, torch.nn as nn, torch.nn.functional as F
 import torch.nn.utils.prune as prune
 from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 tmp = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
 import llama_torch_reference as lref
+sys.path.insert(0, os.path.join(os.environ["HPCTRAIN_SOURCE_DIR"], "tests", "e2e", "eval"))
+import lm_eval_data
 torch.set_num_threads(1)
 cfg, state = lref.read_folder(f"{tmp}/hf")
 T, V, L = 32, cfg["vocab_size"], cfg["num_hidden_layers"]
-with h5py.File(f"{tmp}/text/val.h5") as f:
-    tokens = torch.from_numpy(f["tokens"][: 100 * T + 1].astype(np.int64))
-x = torch.stack([tokens[i * T: i * T + T] for i in range(100)])
-y = torch.stack([tokens[i * T + 1: i * T + T + 1] for i in range(100)])
+x, y = lm_eval_data.windows(f"{tmp}/text/val.h5", 100, T)
 def result(d):
-    [p] = glob.glob(f"{d}/**/step_00000008*.json", recursive=True)
-    return json.load(open(p))
+    return lm_eval_data.result(d, 8)
 def loss_of(model):  # the evaluation's two batches of 50 sequences (int8 activations per batch)
     with torch.no_grad():
         logits = torch.cat([model(x[:50]), model(x[50:])])
