@@ -205,11 +205,12 @@ fi
   exit 0
 }
 
-run_ctest() {
+run_ctest() {  # run_ctest LABEL_REGEX LOG [VAR=VALUE...]: the variables set for ctest
   local label_regex=$1 out=$2
+  shift 2
   local args
   args=$(printf '%q ' "${ctest_args[@]}")
-  in_root "cd /build && env $ctest_env ctest -j $jobs -L '$label_regex' --output-on-failure --timeout 900 $args" \
+  in_root "cd /build && env $* ctest -j $jobs -L '$label_regex' --output-on-failure --timeout 900 $args" \
     >"$out" 2>&1 || true
 }
 
@@ -217,9 +218,7 @@ log "running the tests with labels $labels (log: $cache/test.log)"
 # One machine's ranks talk through shared memory: OpenMPI 5's TCP transport, opened beside it,
 # finds no interface pairing inside the root and prints a line per peer into the tests' outputs.
 # (The slurm tests' nodes are network namespaces: they keep TCP.)
-ctest_env="OMPI_MCA_btl=self,sm"
-run_ctest "$labels" "$cache/test.log"
-ctest_env=
+run_ctest "$labels" "$cache/test.log" OMPI_MCA_btl=self,sm
 logs=("$cache/test.log")
 if ((slurm)); then
   log "running the slurm tests (waiting for /tmp/hpctrain-slurm.lock; log: $cache/test-slurm.log)"
