@@ -272,7 +272,10 @@ def make_folder(path, arch, kv_heads, dtype, shards, tied, seed, layers=4, vocab
     def rnd(*shape, std=0.08, mean=0.0):
         return torch.randn(*shape, generator=g) * std + mean
 
-    state = {"model.embed_tokens.weight": rnd(vocab, dim, std=0.25)}
+    # A tied embedding is also the output head: drawn at the untied head's scale, so that the logits
+    # stay in the same range as the other folders' (at 0.25 they reach about 11, and 10 AdamW steps
+    # amplify float32 rounding to above 1e-5 in the loss even at one rank).
+    state = {"model.embed_tokens.weight": rnd(vocab, dim, std=0.1 if tied else 0.25)}
     for i in range(layers):
         p = f"model.layers.{i}."
         state[p + "input_layernorm.weight"] = rnd(dim, std=0.1, mean=1.0)
