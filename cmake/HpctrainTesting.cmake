@@ -22,6 +22,23 @@ set(HPCTRAIN_TEST_ENV
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCTRAIN_THREADS=1 HPCTRAIN_COLLECTIVE_TIMEOUT=90
     OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1)
 
+# Longest first from the first run: ctest starts tests in descending COST, and without its own
+# cost data (a fresh build has none) COST is the property. tests/test_costs.txt holds each test's
+# wall seconds from a recent run of the suite (`scripts/test_times.py BUILD --costs` writes it);
+# a test that is not listed costs 0 and starts after the listed ones.
+file(STRINGS ${PROJECT_SOURCE_DIR}/tests/test_costs.txt _cost_lines REGEX "^[^#]")
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_costs.txt)
+foreach(_line ${_cost_lines})
+  if(_line MATCHES "^([^ ]+) +([0-9.]+)$")
+    set(HPCTRAIN_COST_${CMAKE_MATCH_1} ${CMAKE_MATCH_2})
+  endif()
+endforeach()
+function(hpctrain_test_cost name)
+  if(DEFINED HPCTRAIN_COST_${name})
+    set_tests_properties(${name} PROPERTIES COST ${HPCTRAIN_COST_${name}})
+  endif()
+endfunction()
+
 # hpctrain_test_unity(NAME SOURCES...): a LibTorch test of several sources compiles them as one unit
 # (each would pay the PCH's ~15 s on its own; cmake/HpctrainTargets.cmake).
 function(hpctrain_test_unity name)
@@ -47,6 +64,7 @@ function(hpctrain_unit_test name)
   add_test(NAME ${name} COMMAND ${name})
   set_tests_properties(${name} PROPERTIES LABELS "unit;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        ENVIRONMENT "${HPCTRAIN_TEST_ENV}")
+  hpctrain_test_cost(${name})
 endfunction()
 
 # hpctrain_mpi_test(NAME SOURCES ... LIBS ... [RANKS 1 2 4] [TIMEOUT s]): GoogleTest with the
@@ -69,16 +87,20 @@ function(hpctrain_mpi_test name)
                      $<TARGET_FILE:${name}>)
     set_tests_properties(${name}.np${n} PROPERTIES LABELS "mpi;${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                          PROCESSORS ${n} ENVIRONMENT "${HPCTRAIN_TEST_ENV}")
+    hpctrain_test_cost(${name}.np${n})
   endforeach()
 endfunction()
 
 # hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s] [PROCESSORS n]
 # [SERIAL] [FIXTURES_SETUP f] [FIXTURES_REQUIRED f...]): a bash script driving the real binary.
-# PROCESSORS: the most ranks it runs at once (default 2). SERIAL: it runs alone (RUN_SERIAL): it
-# waits on timeouts or clocks (hang detection, signals, stragglers, a time budget) that a busy
-# core would skew; every slurm-labelled test is serial too (beside other tests, the preemption
-# test's 12,000-step reference, ranks in lock step, ran past its 400 s limit: docs/BENCHMARKS.md,
-# "The test suite"). It gets HPCTRAIN_BIN,
+# PROCESSORS: the most ranks it runs at once (default 2). SERIAL: it waits on timeouts or clocks
+# (hang detection, signals, stragglers, a time budget) that a busy core would skew: it gets the
+# label `timing`, and scripts/test.sh runs those tests after all others, two at a time (their
+# processes mostly wait, so two of them leave each other the cores). Every slurm-labelled test is
+# a timing test too (beside the other tests at -j 8, the preemption test's 12,000-step reference,
+# ranks in lock step, ran past its 400 s limit: docs/BENCHMARKS.md, "The test suite"); a
+# plain `ctest` runs them beside the rest (`ctest -LE timing`, then `ctest -L timing -j 4`, is
+# what scripts/test.sh does). It gets HPCTRAIN_BIN,
 # HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR, HPCTRAIN_BUILD_DIR, HPCTRAIN_TEST_DATA (data
 # shared between tests, made by fixtures such as "fmnist") and a private HPCTRAIN_TEST_TMP.
 function(hpctrain_script_test name)
@@ -93,14 +115,15 @@ function(hpctrain_script_test name)
   if(NOT ARG_PROCESSORS)
     set(ARG_PROCESSORS 2)
   endif()
+  if(ARG_SERIAL OR "slurm" IN_LIST ARG_LABELS)
+    list(APPEND ARG_LABELS timing)
+  endif()
   set(tmp ${PROJECT_BINARY_DIR}/test-tmp/${name})
   add_test(NAME ${name} COMMAND bash ${ARG_SCRIPT} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     PROCESSORS ${ARG_PROCESSORS}
     ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_DATA=${PROJECT_BINARY_DIR}/test-data;HPCTRAIN_TEST_TMP=${tmp}")
-  if(ARG_SERIAL OR "slurm" IN_LIST ARG_LABELS)
-    set_tests_properties(${name} PROPERTIES RUN_SERIAL TRUE)
-  endif()
+  hpctrain_test_cost(${name})
   if(ARG_FIXTURES_SETUP)
     set_tests_properties(${name} PROPERTIES FIXTURES_SETUP "${ARG_FIXTURES_SETUP}")
   endif()

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Where the test suite's time goes: each test's wall time and, for the end-to-end scripts, the
 CPU time of the script and every process it waited for (tests/e2e/lib.sh prints it at the end),
-read from ctest's log of the last run (Testing/Temporary/LastTest.log; e2e_gpu_check_plumbing runs
-ctest itself and replaces that log: select the tests without it, -E gpu_check_plumbing).
+read from ctest's logs of the last run (scripts/test.sh keeps both of its passes' logs,
+Testing/Temporary/LastTest-parallel.log and LastTest-timing.log; without them, a plain ctest's
+LastTest.log. e2e_gpu_check_plumbing runs ctest itself and replaces LastTest.log: its own pass's
+log may then be the inner one's).
 
-    scripts/test_times.py [BUILD_DIR] [--top N]
+    scripts/test_times.py [BUILD_DIR] [--top N] [--costs]
+
+--costs prints tests/test_costs.txt instead: every test's wall seconds, longest first, which a
+fresh build's ctest uses to start the longest tests first.
 
 Columns: wall seconds, CPU seconds (user + system), their ratio (cores busy on average; a test
 near 1 leaves one of two cores idle, near 2 uses both) and the test's PROCESSORS (what ctest
@@ -53,14 +58,31 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--costs", action="store_true")
     a = ap.parse_args()
-    log = os.path.join(a.build, "Testing", "Temporary", "LastTest.log")
-    tests = parse(log)
+    tmp = os.path.join(a.build, "Testing", "Temporary")
+    logs = [os.path.join(tmp, f"LastTest-{p}.log") for p in ("parallel", "timing")]
+    if not all(os.path.exists(log) for log in logs):
+        logs = [os.path.join(tmp, "LastTest.log")]
+    tests = {}
+    for log in logs:  # a fixture both passes ran counts once, with its longer time
+        for name, wall, cpu in parse(log):
+            if name not in tests or wall > tests[name][1]:
+                tests[name] = (name, wall, cpu)
+    tests = sorted(tests.values(), key=lambda t: (-t[1], t[0]))
+    if a.costs:
+        print("# Each test's wall seconds in a run of the whole suite, the order in which a fresh build's ctest")
+        print("# starts them (cmake/HpctrainTesting.cmake, hpctrain_test_cost). Written by")
+        print("# `scripts/test_times.py BUILD --costs` from that run's logs; a test not listed starts last.")
+        for name, wall, _ in tests:
+            print(f"{name} {wall:.0f}")
+        return
     # (ctest --show-only rewrites LastTest.log: keep the run's log as it was)
-    kept = open(log, "rb").read()
+    log = os.path.join(tmp, "LastTest.log")
+    kept = open(log, "rb").read() if os.path.exists(log) else None
     procs = processors(a.build)
-    open(log, "wb").write(kept)
-    tests.sort(key=lambda t: -t[1])
+    if kept is not None:
+        open(log, "wb").write(kept)
     print(f"{'wall s':>8} {'cpu s':>8} {'cores':>6} {'procs':>5}  test")
     for name, wall, cpu in tests[: a.top]:
         ratio = f"{cpu / wall:6.2f}" if cpu is not None and wall > 0 else "     -"
