@@ -169,6 +169,7 @@ int run_env(CommandContext& ctx, const EnvOptions& opt) {
   j["blas"] = blas_library();
   j["malloc_tuning"] = runtime::malloc_tuning_applied();
   j["flush_denormal"] = session.device.flush_denormal;
+  j["cpu_onednn"] = session.device.cpu_onednn;
   j["threads_per_rank"] = range(threads_range);
   j["threads_source_rank0"] = session.device.threads_source;
   j["cores_visible_rank0"] = session.device.cores_visible;

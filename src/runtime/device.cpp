@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "hpctrain/compat/torch_version.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/runtime.hpp"
 #include "hpctrain/runtime/strings.hpp"
@@ -76,6 +77,12 @@ DeviceBinding bind_device(const Runtime& runtime, const DeviceRequest& request) 
   at::globalContext().setFlushDenormal(binding.flush_denormal);
   at::set_num_threads(binding.threads);
   set_blas_threads(binding.threads);
+  // oneDNN's CPU convolutions: on by default only where they are known to compute finite
+  // gradients (compat::kCpuOneDnnByDefault); HPCTRAIN_CPU_ONEDNN=1 or 0 decides otherwise.
+  const char* onednn_env = std::getenv("HPCTRAIN_CPU_ONEDNN");
+  binding.cpu_onednn =
+      onednn_env == nullptr ? compat::kCpuOneDnnByDefault : std::string(onednn_env) != "0";
+  at::globalContext().setUserEnabledMkldnn(binding.cpu_onednn);
 
   const bool have_cuda = cuda_available();
   binding.cuda_device_count = have_cuda ? static_cast<int>(torch::cuda::device_count()) : 0;

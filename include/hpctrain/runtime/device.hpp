@@ -24,6 +24,7 @@ struct DeviceBinding {
   std::string threads_source;  ///< why that many: "--threads", "HPCTRAIN_THREADS", "affinity", ...
   int cores_visible = 1;       ///< CPUs in this process's affinity mask
   bool flush_denormal = true;  ///< CPU denormal floats flushed to zero (HPCTRAIN_FLUSH_DENORMAL)
+  bool cpu_onednn = true;      ///< CPU convolutions through oneDNN (HPCTRAIN_CPU_ONEDNN)
 };
 
 /// Number of CPUs in this process's affinity mask. Local.
@@ -35,8 +36,10 @@ int affinity_cpu_count();
 /// node's cores divided by ranks per node. Flushes CPU denormals to zero (FTZ/DAZ) in this thread
 /// and the threads it starts afterwards, unless HPCTRAIN_FLUSH_DENORMAL=0: Adam's moments of
 /// weights whose gradient stays zero decay into the denormal range after ~800 steps, where every
-/// arithmetic operation on them is ~100x slower. Throws ConfigError for device "cuda" without CUDA.
-/// Local.
+/// arithmetic operation on them is ~100x slower. CPU convolutions use oneDNN where
+/// compat::kCpuOneDnnByDefault says so (LibTorch 1.13) or HPCTRAIN_CPU_ONEDNN=1, else LibTorch's
+/// own kernels (HPCTRAIN_CPU_ONEDNN=0 forces those anywhere). Throws ConfigError for device
+/// "cuda" without CUDA. Local.
 DeviceBinding bind_device(const Runtime& runtime, const DeviceRequest& request);
 
 /// Whether LibTorch was built with CUDA and sees a device. Local.

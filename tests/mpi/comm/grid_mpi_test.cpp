@@ -1,6 +1,8 @@
 // Process grid and group communicators at every (dp, tp) shape the world size allows.
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
+#include <torch/version.h>
 
 #include <cstdlib>
 #include <limits>
@@ -170,6 +172,28 @@ TEST(DeviceBinding, FlushesDenormalsHereAndInLaterThreadsUnlessDisabled) {
   EXPECT_EQ(half_min_in_torch(), kHalfMin);
   unsetenv("HPCTRAIN_FLUSH_DENORMAL");
   EXPECT_TRUE(bind_device(rt, request).flush_denormal);
+}
+
+// oneDNN's CPU convolutions: on by default with LibTorch 1.13, off with 2.x (its convolution
+// backward now and then writes non-finite weight gradients: compat/torch_version.hpp);
+// HPCTRAIN_CPU_ONEDNN decides either way, and LibTorch's own switch follows.
+TEST(DeviceBinding, CpuOneDnnFollowsTheLibTorchVersionUnlessTheEnvironmentDecides) {
+  const Runtime& rt = *Runtime::current();
+  DeviceRequest request;
+  request.threads = 1;
+  request.device = "cpu";
+  unsetenv("HPCTRAIN_CPU_ONEDNN");
+  const bool expected = TORCH_VERSION_MAJOR < 2;
+  EXPECT_EQ(bind_device(rt, request).cpu_onednn, expected);
+  EXPECT_EQ(at::globalContext().userEnabledMkldnn(), expected);
+  setenv("HPCTRAIN_CPU_ONEDNN", "1", 1);
+  EXPECT_TRUE(bind_device(rt, request).cpu_onednn);
+  EXPECT_TRUE(at::globalContext().userEnabledMkldnn());
+  setenv("HPCTRAIN_CPU_ONEDNN", "0", 1);
+  EXPECT_FALSE(bind_device(rt, request).cpu_onednn);
+  EXPECT_FALSE(at::globalContext().userEnabledMkldnn());
+  unsetenv("HPCTRAIN_CPU_ONEDNN");
+  EXPECT_EQ(bind_device(rt, request).cpu_onednn, expected);
 }
 
 }  // namespace
