@@ -35,6 +35,11 @@ import torch
 # compile fused kernels with LLVM at every new shape (minutes per run with Debian 13's torch).
 torch._C._jit_override_can_fuse_on_cpu(False)
 torch._C._jit_set_texpr_fuser_enabled(False)
+# The same CPU convolution kernels as hpctrain, for a bitwise comparison: without oneDNN on
+# PyTorch 2.x unless HPCTRAIN_CPU_ONEDNN says otherwise (include/hpctrain/compat/torch_version.hpp).
+_onednn = os.environ.get("HPCTRAIN_CPU_ONEDNN")
+torch.backends.mkldnn.enabled = (
+    int(torch.__version__.split(".")[0]) < 2 if _onednn is None else _onednn != "0")
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
