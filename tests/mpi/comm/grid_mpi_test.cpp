@@ -155,11 +155,17 @@ float half_min_in_torch() {
   return (torch::full({8}, std::numeric_limits<float>::min()) * 0.5f)[3].item<float>();
 }
 
-TEST(DeviceBinding, FlushesDenormalsHereAndInLaterThreadsUnlessDisabled) {
-  const Runtime& rt = *Runtime::current();
+// One thread on the CPU: the binding the DeviceBinding tests apply.
+DeviceRequest one_cpu_thread() {
   DeviceRequest request;
   request.threads = 1;
   request.device = "cpu";
+  return request;
+}
+
+TEST(DeviceBinding, FlushesDenormalsHereAndInLaterThreadsUnlessDisabled) {
+  const Runtime& rt = *Runtime::current();
+  const DeviceRequest request = one_cpu_thread();
   unsetenv("HPCTRAIN_FLUSH_DENORMAL");
   EXPECT_TRUE(bind_device(rt, request).flush_denormal);
   EXPECT_EQ(half_min_in_torch(), 0.0f);
@@ -179,9 +185,7 @@ TEST(DeviceBinding, FlushesDenormalsHereAndInLaterThreadsUnlessDisabled) {
 // HPCTRAIN_CPU_ONEDNN decides either way, and LibTorch's own switch follows.
 TEST(DeviceBinding, CpuOneDnnFollowsTheLibTorchVersionUnlessTheEnvironmentDecides) {
   const Runtime& rt = *Runtime::current();
-  DeviceRequest request;
-  request.threads = 1;
-  request.device = "cpu";
+  const DeviceRequest request = one_cpu_thread();
   unsetenv("HPCTRAIN_CPU_ONEDNN");
   const bool expected = TORCH_VERSION_MAJOR < 2;
   EXPECT_EQ(bind_device(rt, request).cpu_onednn, expected);
