@@ -48,12 +48,35 @@ struct Link {
   std::string op;
 };
 
+// A collective that no member completes before every member has entered it (a rooted one, or a
+// broadcast, may complete on some members first).
+bool needs_every_member(const std::string& op) {
+  const std::string name = op.substr(0, op.find(' '));
+  return name == "all_reduce" || name == "allreduce" || name == "all_gather" ||
+         name == "allgather" || name == "reduce_scatter" || name == "barrier";
+}
+
 // Where `p` is relative to `link`, the wait that names it.
-std::string relation(const Link& link, const RankPosition& p) {
+std::string relation(const Link& link, const RankPosition& p,
+                     const std::vector<RankPosition>& positions) {
   if (link.channel_id != 0) {
     const ChannelPosition* c = p.find(link.channel_id);
     if (c != nullptr && c->entered >= link.seq && silent(p)) {
       return str("it had entered ", link.op, " #", link.seq, " and fell silent in it");
+    }
+    // The waiting rank completed the number before the waited one; when that collective needs
+    // every member, `p` entered it too, whatever it was heard at: a rank stopped within the
+    // ring's send gap of its last moves (or starved of the processor) never sent them.
+    const RankPosition* waiter = find_rank(positions, link.world_rank);
+    const ChannelPosition* w = waiter ? waiter->find(link.channel_id) : nullptr;
+    const std::uint64_t heard = c ? c->entered : 0;
+    if (w != nullptr && link.seq > 1 && w->completed == link.seq - 1 &&
+        needs_every_member(w->completed_op) && heard < link.seq - 1) {
+      return str("its last ", link.channel, " collective: ", w->completed_op, " #", link.seq - 1,
+                 " or later (rank ", link.world_rank, " completed it, and no member completes an ",
+                 w->completed_op, " before every member has entered it; ",
+                 heard == 0 ? std::string("heard on none") : str("last heard at #", heard),
+                 ": its latest moves had not gone out when it stopped)");
     }
     if (c == nullptr || c->entered == 0) {
       return str("it has entered no ", link.channel, " collective yet");
@@ -98,7 +121,7 @@ std::string follow(Follow& f, int world_rank, const Link& link) {
   const std::vector<int> next = silent(*p) ? std::vector<int>{} : waits_for(*p, f.positions);
   if (next.empty()) {
     f.out.causes.push_back(world_rank);
-    return str(describe_position(*p), "; ", relation(link, *p));
+    return str(describe_position(*p), "; ", relation(link, *p, f.positions));
   }
   f.out.waiting.push_back(world_rank);
   const OperationPosition& o = p->operation;

@@ -4,9 +4,9 @@
 # suspended job would); the collective watchdog (5 s) ends the job with 7, and its one report must
 # name that rank, at a step within 1 of the waiting rank's, and where it is relative to the wait
 # that names it: on a collective's channel, the number before the waited one (every member of an
-# all-reduce entered the one before, since the waiting rank completed it; one more before when it
-# stopped within the ring's send gap of entering the next), or that number itself if it entered it
-# and fell silent; on a pipeline's point-to-point batch, whether it entered it.
+# all-reduce entered the one before, since the waiting rank completed it: the report says so even
+# when the stopped rank's last moves never went out; one more before only after a broadcast), or
+# that number itself if it entered it and fell silent; on a pipeline's point-to-point batch, whether it entered it.
 # Two layouts: data parallel (tiny-mlp, 4 x dp) and a pipeline (gpt, dp = 2 x pp = 2), where the
 # rank that reports often waits on a live neighbour stage that itself waits on the stopped rank:
 # the report follows the wait from rank to rank ("rank 1, which waits in dp all_reduce #57 at step
@@ -114,11 +114,15 @@ if seq is not None:  # a collective: the number it is at
         where = f"in #{seq}, silent"
     else:
         assert last, f"no collective named for rank {victim}: {text!r}"
-        # The one before; or the one before that when it was stopped within the ring's send gap
-        # (0.8 ms at 4 ranks) after entering the next: control collectives at a step's end come
-        # that close together, and a stopped rank's last move then never goes out.
-        assert int(last.group(3)) in (seq - 1, seq - 2), f"rank {victim}'s last collective #{last.group(3)}, the waited one #{seq}: stale"
-        where = f"at #{last.group(3)}"
+        # The one before. A rank stopped within the ring's send gap (0.8 ms at 4 ranks) of its
+        # last moves, or starved of the processor then, never sent them: control collectives at
+        # a step's end come that close together. When the one before needs every member (an
+        # all-reduce), the report says the stopped rank entered it ("#N or later"), whatever it
+        # was heard at; else (a broadcast before) it may name the one before that.
+        inferred = " or later (" in after[last.end():last.end() + 10]
+        allowed = (seq - 1,) if inferred else (seq - 1, seq - 2)
+        assert int(last.group(3)) in allowed, f"rank {victim}'s last collective #{last.group(3)}, the waited one #{seq}: stale"
+        where = f"at #{last.group(3)}" + (" or later" if inferred else "")
 else:  # a point-to-point batch: whether it entered it, and the operation it is at
     p2p = re.search(r"(it had entered|it is in|it has not entered)( the)? (pp send_recv[^;.]*)(; [^;.]*)?", after)
     assert p2p, f"no point-to-point position for rank {victim}: {text!r}"

@@ -212,6 +212,37 @@ TEST(HangChain, MembersWaitingOnADirectlyNamedRankReferToIt) {
       << a.text;
 }
 
+TEST(HangChain, AStoppedRankHeardBehindTheCollectiveBeforeTheWaitedOneEnteredIt) {
+  // Rank 0 waits in world control allreduce #243, having completed #242; rank 1 stopped, last
+  // heard at #240: its moves into #241 and #242 never went out (stopped within the ring's send
+  // gap, or starved), but it entered #242, since rank 0 completed it and an all-reduce completes
+  // on no member before every member has entered it.
+  std::vector<RankPosition> positions{
+      stage_rank(0, Phase::kStepEnd, 57, 57), stage_rank(1, Phase::kBackward, 57, 57, 6),
+      stage_rank(2, Phase::kStepEnd, 57, 57), stage_rank(3, Phase::kStepEnd, 57, 57)};
+  for (int r : {0, 2, 3}) {
+    positions[static_cast<std::size_t>(r)].channels[1].entered = 243;
+    positions[static_cast<std::size_t>(r)].channels[1].completed = 242;
+  }
+  WaitingCollective w = waiting_in(243, "allreduce (control)", kWorld);
+  w.group = "world";
+  w.channel = "world control";
+  HangAttribution a = attribute_hang(w, positions);
+  EXPECT_EQ(a.causes, std::vector<int>{1});
+  EXPECT_NE(a.text.find("its last world control collective: allreduce (control) #242 or later "
+                        "(rank 0 completed it, and no member completes an allreduce (control) "
+                        "before every member has entered it; last heard at #240: its latest "
+                        "moves had not gone out when it stopped)"),
+            std::string::npos)
+      << a.text;
+  // A broadcast completes on its root before the others enter it: nothing more is claimed.
+  positions[0].channels[1].completed_op = "broadcast (control)";
+  a = attribute_hang(w, positions);
+  EXPECT_NE(a.text.find("its last world control collective: allreduce (control) #240, completed"),
+            std::string::npos)
+      << a.text;
+}
+
 TEST(HangChain, ARanksOwnPositionNamesTheOperationItHasWaitedInLongest) {
   // What CollectiveScope records for the position (PeerMonitor::positions: this rank's own when
   // the monitor is off): the oldest operation still entered, else the one left last.
