@@ -25,6 +25,7 @@
 #include "hpctrain/eval/model_setup.hpp"
 #include "hpctrain/eval/run_config.hpp"
 #include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/model_family.hpp"
 #include "hpctrain/model/torchscript_model.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -112,6 +113,12 @@ std::string sample_shape_of(const eval::RunConfig& config, const std::string& di
                         ": export where the data is"));
 }
 
+// A decoder that scripts/export_model.py rebuilds (the gpt): its inputs are tokens, --seq-len long.
+bool rebuilt_decoder(const eval::RunConfig& config) {
+  const model::ModelFamily* family = model::find_model_family(config.model().name);
+  return family != nullptr && family->decoder && family->rebuilt_by_export;
+}
+
 // A gpt's context, model.seq_len (GptOptions' default when the section leaves it out).
 std::int64_t gpt_context(const eval::RunConfig& config) {
   return config.model().seq_len > 0 ? config.model().seq_len : model::GptOptions{}.seq_len;
@@ -123,14 +130,18 @@ void check_export_request(const eval::RunConfig& config, const std::string& dir,
                           const std::string& origin, const ExportArgs& opt) {
   const std::string& format = opt.format;
   const bool torchscript_run = config.model().name == "torchscript";
-  const bool gpt = config.model().name == "gpt";
+  const bool gpt = rebuilt_decoder(config);
   const bool state_only = format == "pytorch" || format == "safetensors" || format == "hf";
-  if (!state_only && !torchscript_run && config.model().name != "mlp" &&
-      config.model().name != "cnn" && !gpt) {
+  const model::ModelFamily* family = model::find_model_family(config.model().name);
+  if (!state_only && !torchscript_run && (family == nullptr || !family->rebuilt_by_export)) {
+    std::vector<std::string> rebuilt;
+    for (const std::string& name : model::model_names()) {
+      if (model::find_model_family(name)->rebuilt_by_export) rebuilt.push_back(name);
+    }
     throw ConfigError(str(dir, " is a checkpoint of a ", config.model().name, " model (", origin,
-                          "): --format ", format,
-                          " rebuilds the built-in mlp, cnn and gpt models and TorchScript runs "
-                          "in PyTorch; export this one with --format pytorch (its state_dict)"));
+                          "): --format ", format, " rebuilds the built-in ", and_list(rebuilt),
+                          " models and TorchScript runs in PyTorch; export this one with "
+                          "--format pytorch (its state_dict)"));
   }
   if (opt.app->count("--seq-len") > 0) {
     if (!gpt || state_only) {
@@ -191,7 +202,7 @@ void export_through_python(const eval::RunConfig& config, const std::string& dir
                            const ExportArgs& opt) {
   const std::string& format = opt.format;
   const bool torchscript_run = config.model().name == "torchscript";
-  const bool gpt = config.model().name == "gpt";
+  const bool gpt = rebuilt_decoder(config);
   // A TorchScript module's ONNX graph is traced on one sample of the run's data (its shape).
   const std::string input_shape =
       torchscript_run && format == "onnx" ? sample_shape_of(config, dir) : std::string();

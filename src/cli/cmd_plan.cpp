@@ -169,7 +169,7 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
   t.row("parameters on this device", m.parameters_per_device, "", m.tp > 1 ? "(logical / tp)" : "");
   t.row("weights + gradients + optimizer state", p.state_bytes, "B",
         str("(", format_bytes(p.state_bytes), ")"));
-  if (m.gpt) {
+  if (m.decoder) {
     for (auto each : {plan::RecomputeMode::kNone, plan::RecomputeMode::kAttention,
                       plan::RecomputeMode::kBlock}) {
       const double bytes = p.activations[static_cast<int>(each)].total();
@@ -182,15 +182,15 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
            "--vocab --heads --micro-batch)");
   }
   if (mode == plan::ShardMode::kFull) {
-    const plan::GatherUnits u = m.gpt ? plan::gpt_gather_units(m.shape, m.tp)
-                                      : plan::GatherUnits{0, m.parameters_per_device};
-    t.row(m.gpt ? "gathered units (2 blocks + root)" : "gathered units (the model)",
+    const plan::GatherUnits u = m.decoder ? plan::gpt_gather_units(m.shape, m.tp)
+                                          : plan::GatherUnits{0, m.parameters_per_device};
+    t.row(m.decoder ? "gathered units (2 blocks + root)" : "gathered units (the model)",
           p.gathered_bytes, "B",
-          m.gpt
+          m.decoder
               ? str("((2 x ", number_text(u.block), " + ", number_text(u.root), ") x ",
                     number_text(m.param_dtype_bytes), " B = ", format_bytes(p.gathered_bytes), ")")
               : str("(the whole model, one unit: ", format_bytes(p.gathered_bytes), ")"));
-    t.row(m.gpt ? "their gradients in backward (1 block + root)" : "its gradients in backward",
+    t.row(m.decoder ? "their gradients in backward (1 block + root)" : "its gradients in backward",
           p.gathered_gradient_bytes, "B", str("(", format_bytes(p.gathered_gradient_bytes), ")"));
   }
   if (mode == plan::ShardMode::kGradients) {
@@ -215,7 +215,7 @@ void add_memory_rows(Table& t, const plan::MemoryPlan& p) {
                ? str("yes, ", number_text(std::round(p.total_bytes / p.device_memory * 1000) / 10),
                      "% of the device")
                : str("no: ", format_bytes(p.total_bytes), " > ", format_bytes(p.device_memory),
-                     "; shard the optimizer state (parallel.shard_optimizer), "
+                     "; shard the model state (parallel.shard: optimizer, gradients or full), "
                      "recompute activations (model.recompute), or use a smaller "
                      "data.batch_size or more tp"));
   }
@@ -437,7 +437,7 @@ const CommandRegistration plan_command = command<PlanOptions>(
           ->group(memory);
       app.add_flag("--shard-optimizer", o.sizes.shard_optimizer,
                    "Plan with the optimizer state sharded over the data-parallel group "
-                   "(parallel.shard_optimizer)")
+                   "(parallel.shard: optimizer; --shard picks any mode)")
           ->group(memory);
       app.add_option("--shard", o.shard,
                      "Plan with parallel.shard = none | optimizer | gradients | full whatever the "

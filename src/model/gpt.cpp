@@ -211,28 +211,16 @@ std::vector<std::vector<std::string>> Gpt::parameter_units() const {
   return units_of(modules);
 }
 
+plan::TransformerShape gpt_shape(const GptOptions& o) {
+  return plan::TransformerShape{o.layers,     o.width,     o.seq_len,
+                                o.vocab_size, o.mlp_ratio, o.tied_embeddings};
+}
+
 double Gpt::forward_flops_per_sample() const {
-  double non_embedding = 0;
-  if (pipeline_.cut()) {
-    // The whole model's, not this rank's stages' (the same sum: whole numbers add exactly).
-    const double d = static_cast<double>(options_.width);
-    const double f = static_cast<double>(options_.mlp_width());
-    const double block =
-        2 * d + (3 * d * d + 3 * d) + (d * d + d) + 2 * d + (f * d + f) + (d * f + d);
-    non_embedding = block * static_cast<double>(options_.layers) + 2 * d;
-  }
-  for (const auto& [name, info] : shard_infos_) {
-    if (pipeline_.cut()) break;
-    if (name == "wte.weight" || name == "wpe.weight" || name == "lm_head.weight") continue;
-    double n = 1;
-    for (auto s : info.logical_shape) n *= static_cast<double>(s);
-    non_embedding += n;
-  }
-  const double t = static_cast<double>(options_.seq_len);
-  const double d = static_cast<double>(options_.width);
-  // The output head's logits, 2 width V per token: a matrix product like the blocks' (tied or not).
-  const double head = 2.0 * d * static_cast<double>(options_.vocab_size) * t;
-  return 2.0 * non_embedding * t + 2.0 * static_cast<double>(options_.layers) * t * t * d + head;
+  // The whole model's at any pipeline cut, the output head's logits included: the plan's count
+  // (gpt_unit_test and plan_model_unit_test check it against the built parameters).
+  return static_cast<double>(options_.seq_len) *
+         plan::transformer_forward_flops_per_token(gpt_shape(options_));
 }
 
 ShardInfo Gpt::shard_info(const std::string& name) const {

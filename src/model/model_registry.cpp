@@ -5,7 +5,11 @@
 #include <mutex>
 #include <set>
 
+#include "hpctrain/model/gpt.hpp"
+#include "hpctrain/model/llama.hpp"
+#include "hpctrain/model/llama_hf.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/model/model_family.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/log.hpp"
@@ -23,15 +27,48 @@ std::shared_ptr<Model> make_torchscript(ConfigSection& section, const ModelConte
 
 namespace {
 
-std::map<std::string, ModelFactory>& registry() {
-  static std::map<std::string, ModelFactory> factories = {
-      {"mlp", make_mlp},
-      {"cnn", make_cnn},
-      {"gpt", make_gpt},
-      {"llama", make_llama},
-      {"torchscript", make_torchscript},
-  };
-  return factories;
+DecoderFacts gpt_facts(ConfigSection& section, int tp) {
+  const GptOptions g = read_gpt_options(section, tp);
+  return {gpt_shape(g), g.heads, g.dropout > 0, g.recompute};
+}
+
+DecoderFacts llama_facts(ConfigSection& section, int tp) {
+  const LlamaOptions o = read_llama_options(section, tp);
+  return {llama_shape(o), o.heads, false, o.recompute};
+}
+
+struct Registered {
+  ModelFamily family;
+  ModelFactory factory;
+};
+
+// The built-in families and their facts (model_family.hpp); plugins add theirs without facts.
+std::map<std::string, Registered>& registry() {
+  static std::map<std::string, Registered> families = [] {
+    ModelFamily mlp{"mlp", Task::kClassification};
+    mlp.single_stage = mlp.rebuilt_by_export = true;
+    ModelFamily cnn{"cnn", Task::kClassification};
+    cnn.single_stage = cnn.rebuilt_by_export = true;
+    ModelFamily gpt{"gpt", Task::kLanguageModel};
+    gpt.decoder = gpt.rebuilt_by_export = true;
+    gpt.decoder_facts = gpt_facts;
+    ModelFamily llama{"llama", Task::kLanguageModel};
+    llama.decoder = true;
+    llama.prepare_section = apply_hf_config;
+    llama.decoder_facts = llama_facts;
+    ModelFamily torchscript{"torchscript", std::nullopt};
+    torchscript.single_stage = true;
+    std::map<std::string, Registered> out;
+    for (auto [family, factory] :
+         {std::pair{mlp, ModelFactory(make_mlp)}, std::pair{cnn, ModelFactory(make_cnn)},
+          std::pair{gpt, ModelFactory(make_gpt)}, std::pair{llama, ModelFactory(make_llama)},
+          std::pair{torchscript, ModelFactory(make_torchscript)}}) {
+      const std::string name = family.name;
+      out.emplace(name, Registered{std::move(family), std::move(factory)});
+    }
+    return out;
+  }();
+  return families;
 }
 
 std::mutex& plugin_mutex() {
@@ -39,16 +76,21 @@ std::mutex& plugin_mutex() {
   return m;
 }
 
-bool registry_builtin(const std::string& name) {
-  return name == "mlp" || name == "cnn" || name == "torchscript";
+// The decoder families' names: "gpt and llama".
+std::string decoder_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, registered] : registry()) {
+    if (registered.family.decoder) names.push_back(name);
+  }
+  return and_list(names);
 }
 
 std::string pipeline_refusal(const std::string& name, const PipelinePart& part) {
   return str("model.name = ", name, " cannot be cut into pipeline stages (parallel.pp = ", part.pp,
              part.virtual_stages > 1 ? str(" x parallel.pp_virtual = ", part.virtual_stages) : "",
-             "): only a model that defines its stages can (the built-in gpt and llama); set "
-             "parallel.pp: 1 and use data or tensor parallelism, or parallel.shard_optimizer "
-             "to save memory");
+             "): only a model that defines its stages can (the built-in ", decoder_names(),
+             "); set parallel.pp: 1 and use data or tensor parallelism, or parallel.shard: "
+             "optimizer (or gradients, full) to save memory");
 }
 
 }  // namespace
@@ -108,15 +150,22 @@ std::vector<std::int64_t> Model::stage_activation_shape(const torch::Tensor& inp
 
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
-  for (const auto& [name, factory] : registry()) names.push_back(name);
+  for (const auto& [name, registered] : registry()) names.push_back(name);
   return names;
+}
+
+const ModelFamily* find_model_family(const std::string& name) {
+  const auto it = registry().find(name);
+  return it == registry().end() ? nullptr : &it->second.family;
 }
 
 void register_model(const std::string& name, ModelFactory factory) {
   if (name.empty() || name.find_first_of(" \t\n") != std::string::npos) {
     throw Error(str("cannot register a model named '", name, "': use a word such as 'resnet'"));
   }
-  if (!registry().emplace(name, std::move(factory)).second) {
+  ModelFamily family;
+  family.name = name;
+  if (!registry().emplace(name, Registered{std::move(family), std::move(factory)}).second) {
     throw Error(str("a model named '", name,
                     "' is registered already (built-in models and plugins share one set of "
                     "names): give the plugin's model another name"));
@@ -178,21 +227,21 @@ std::shared_ptr<Model> build_model(ConfigSection& section, const ModelContext& c
                              " (a C++ model of your own: load its plugin with --plugin PATH or "
                              "model.plugin)"));
   }
-  if (name != "gpt" && name != "llama" && section.has("recompute")) {
+  const ModelFamily& family = it->second.family;
+  if (!family.decoder && section.has("recompute")) {
     const std::string mode = section.get<std::string>("recompute", "none");
     if (mode != "none") {
-      section.fail("recompute",
-                   str("activation recomputation is supported by the gpt and llama models only, "
-                       "not by ",
-                       name, "; remove model.recompute or set it to none"));
+      section.fail("recompute", str("activation recomputation is supported by the ",
+                                    decoder_names(), " models only, not by ", name,
+                                    "; remove model.recompute or set it to none"));
     }
   }
-  if (ctx.pipeline.cut() && name != "gpt" && registry_builtin(name)) {
-    // Known before building: the built-in models other than the gpt are one stage.
+  if (ctx.pipeline.cut() && family.single_stage) {
+    // Known before building: this built-in family is one stage.
     throw ConfigError(pipeline_refusal(name, ctx.pipeline));
   }
   try {
-    std::shared_ptr<Model> model = it->second(section, ctx);
+    std::shared_ptr<Model> model = it->second.factory(section, ctx);
     if (ctx.pipeline.cut() && model->pipeline_chunks() == 0) {
       throw ConfigError(pipeline_refusal(name, ctx.pipeline));
     }

@@ -2,7 +2,7 @@
 
 #include "hpctrain/model/gpt.hpp"
 #include "hpctrain/model/llama.hpp"
-#include "hpctrain/model/llama_hf.hpp"
+#include "hpctrain/model/model_family.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/strings.hpp"
 
@@ -19,20 +19,21 @@ ModelSpec ModelSpec::from(ConfigSection& section) {
   if (spec.name.empty()) {
     section.fail("name", "must name a model (mlp, cnn, gpt, llama, torchscript, ...)");
   }
+  // The family's facts (model_family.hpp); none for a plugin's model, loaded or not.
+  const ModelFamily* family = find_model_family(spec.name);
   // A Hugging Face folder's config.json sets (or checks) the llama's keys before any is read.
-  if (spec.name == "llama") apply_hf_config(section);
-  const bool language_model = spec.name == "gpt" || spec.name == "llama";
+  if (family != nullptr && family->prepare_section != nullptr) family->prepare_section(section);
+  const bool language_model = family != nullptr && family->decoder;
   // seq_len for every model, so the resolved config of any run records it (0 for models without
   // sequences; the gpt's own default for the gpt).
   spec.seq_len = section.get<std::int64_t>("seq_len", language_model ? GptOptions{}.seq_len : 0);
   if (spec.seq_len < 0) section.fail("seq_len", "must be >= 0 (0: not a sequence model)");
+  if (family != nullptr) spec.task = family->task;
   if (spec.name == "mlp") {
-    spec.task = Task::kClassification;
     const auto in_features = section.get<std::int64_t>("in_features", kMlpInFeatures);
     if (in_features < 1) section.fail("in_features", "must be positive");
     spec.input_shape = {in_features};
   } else if (spec.name == "cnn") {
-    spec.task = Task::kClassification;
     spec.input_shape = section.get<std::vector<std::int64_t>>("input_shape", cnn_input_shape());
     if (spec.input_shape.size() != 3) {
       section.fail("input_shape", "must be [channels, height, width]");
@@ -44,7 +45,6 @@ ModelSpec ModelSpec::from(ConfigSection& section) {
     static_assert(GptOptions{}.vocab_size == LlamaOptions{}.vocab_size &&
                       GptOptions{}.seq_len == LlamaOptions{}.seq_len,
                   "the language models share the defaults of vocab_size and seq_len");
-    spec.task = Task::kLanguageModel;
     spec.vocab_size = section.get<std::int64_t>("vocab_size", GptOptions{}.vocab_size);
   } else if (spec.name == "torchscript") {
     // An unknown task is the module's loader's error (it lists the choices); here it stays open.

@@ -46,7 +46,7 @@ nlohmann::ordered_json candidate_json(const LayoutCandidate& c) {
   j["node_group"] = c.node_group;
   j["dp"] = m.dp;
   j["tp"] = m.tp;
-  if (m.gpt) j["recompute"] = recompute_name(m.recompute);
+  if (m.decoder) j["recompute"] = recompute_name(m.recompute);
   j["bytes_per_parameter"] = p.run.total();
   j["parameters_per_device"] = m.parameters_per_device;
   j["state_bytes"] = p.state_bytes;
@@ -74,7 +74,7 @@ LayoutSearch search_layouts(const LayoutSearchInputs& inputs) {
   }
   const MemoryInputs& run = inputs.run;
   std::vector<int> tps;
-  if (inputs.vary_tp && run.gpt) {
+  if (inputs.vary_tp && run.decoder) {
     const std::int64_t mlp = run.shape.swiglu
                                  ? run.shape.ffn_width
                                  : static_cast<std::int64_t>(std::round(
@@ -88,7 +88,7 @@ LayoutSearch search_layouts(const LayoutSearchInputs& inputs) {
     tps.push_back(run.tp);
   }
   std::vector<RecomputeMode> recomputes{run.recompute};
-  if (run.gpt) recomputes = {RecomputeMode::kNone, RecomputeMode::kBlock};
+  if (run.decoder) recomputes = {RecomputeMode::kNone, RecomputeMode::kBlock};
 
   LayoutSearch out;
   if (inputs.devices % (run.tp * inputs.pp) == 0) {

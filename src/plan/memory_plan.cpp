@@ -104,7 +104,7 @@ StepCommunication step_communication(const MemoryInputs& in) {
       // added across the shard groups once a step.
       const double params = n * in.param_dtype_bytes;
       const double root =
-          in.gpt ? gpt_gather_units(in.shape, in.tp).root * in.param_dtype_bytes : params;
+          in.decoder ? gpt_gather_units(in.shape, in.tp).root * in.param_dtype_bytes : params;
       const double grads = n * in.reduce_dtype_bytes;
       c.gather = m * (params + (in.reshard_after_forward ? params - root : 0)) * ring_share(s);
       c.reduce = m * grads * ring_share(s);
@@ -112,7 +112,7 @@ StepCommunication step_communication(const MemoryInputs& in) {
       break;
     }
   }
-  if (in.gpt && in.tp > 1 && in.micro_batch > 0) {
+  if (in.decoder && in.tp > 1 && in.micro_batch > 0) {
     const double activation =
         static_cast<double>(in.micro_batch) * static_cast<double>(in.shape.seq_len) *
         static_cast<double>(in.shape.width) * activation_element_bytes(in.precision);
@@ -237,7 +237,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
     // the whole step; in backward the unsharded gradients of the root, of the block accumulating
     // and of the two whose reduce-scatters may still be in flight (the strategy keeps at most
     // two). A model other than the gpt is one unit.
-    if (in.gpt) {
+    if (in.decoder) {
       const GatherUnits u = gpt_gather_units(in.shape, in.tp);
       const double blocks = std::min<double>(2, static_cast<double>(in.shape.layers));
       p.gathered_bytes = (blocks * u.block + u.root) * in.param_dtype_bytes;
@@ -252,7 +252,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
     // two in flight); with one bucket per parameter (bucket_mb 0) the largest of the gpt (its
     // embedding, an MLP matrix).
     double bucket = in.bucket_bytes;
-    if (!(bucket > 0) && in.gpt) {
+    if (!(bucket > 0) && in.decoder) {
       const double d = static_cast<double>(in.shape.width);
       bucket = 4 *
                std::max(static_cast<double>(in.shape.vocab_size) * d,
@@ -263,7 +263,7 @@ MemoryPlan make_memory_plan(const MemoryInputs& in, const std::string& optimizer
   }
   const double transient = p.gathered_bytes + p.gathered_gradient_bytes + p.bucket_in_flight_bytes;
   double heap_slack = 0;
-  if (in.gpt) {
+  if (in.decoder) {
     const double element = activation_element_bytes(in.precision);
     for (auto each : {RecomputeMode::kNone, RecomputeMode::kBlock, RecomputeMode::kAttention}) {
       p.activations[static_cast<int>(each)] = gpt_activation_bytes(
@@ -320,7 +320,7 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
     j["gathered_gradient_bytes"] = p.gathered_gradient_bytes;
   }
   if (mode == ShardMode::kGradients) j["bucket_in_flight_bytes"] = p.bucket_in_flight_bytes;
-  if (m.gpt) {
+  if (m.decoder) {
     nlohmann::ordered_json acts;
     for (auto mode : {RecomputeMode::kNone, RecomputeMode::kAttention, RecomputeMode::kBlock}) {
       acts[recompute_name(mode)] = p.activations[static_cast<int>(mode)].total();
@@ -341,7 +341,7 @@ nlohmann::ordered_json memory_plan_to_json(const MemoryPlan& p) {
       {"process_base_bytes", p.host.process_base},
       {"process_base", p.host_base_given ? "--host-base" : "default (measured on Debian 12)"},
       {"peak_rss_bytes", p.host.peak_rss()}};
-  if (m.gpt) {
+  if (m.decoder) {
     // What the slack model multiplies (gpt_heap_slack_bytes), for refitting it
     // (scripts/bench_heap_slack.sh).
     const auto& block = p.activations[static_cast<int>(RecomputeMode::kNone)];
@@ -365,7 +365,7 @@ std::string layout_settings(const MemoryInputs& in) {
     out += in.group() == in.dp ? std::string("dp") : std::to_string(in.group());
   }
   out += str(" parallel.tp=", in.tp);
-  if (in.gpt) out += str(" model.recompute=", recompute_name(in.recompute));
+  if (in.decoder) out += str(" model.recompute=", recompute_name(in.recompute));
   return out;
 }
 

@@ -74,7 +74,7 @@ PlanInputs inputs_from_sizes(const SizeArguments& a, int devices, MemoryInputs& 
   memory.parameters_per_device = in.parameters;
   if (transformer && a.layers > 0 && a.width > 0 && a.seq_len > 0 && a.vocab > 0 && a.heads > 0 &&
       a.micro_batch > 0) {
-    memory.gpt = true;
+    memory.decoder = true;
     memory.shape = TransformerShape{a.layers, a.width, a.seq_len, a.vocab, a.mlp_ratio, true};
     memory.heads = a.heads;
     memory.micro_batch = a.micro_batch;

@@ -42,6 +42,14 @@ std::string format_seconds(double s) {
   return buf;
 }
 
+std::string and_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    out += (i == 0 ? "" : i + 1 == items.size() ? " and " : ", ") + items[i];
+  }
+  return out;
+}
+
 std::string clip(const std::string& text, std::size_t max_chars) {
   if (text.size() <= max_chars) return text;
   const std::size_t keep = max_chars < 40 ? max_chars : max_chars - 30;

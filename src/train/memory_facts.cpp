@@ -31,8 +31,7 @@ void add_memory_facts(LedgerFacts& facts, model::Model& model, parallel::DataPar
   model::Recompute recompute = model::Recompute::kNone;
   if (const auto* gpt = dynamic_cast<const model::Gpt*>(&model)) {
     const model::GptOptions& g = gpt->options();
-    shape = plan::TransformerShape{g.layers,     g.width,     g.seq_len,
-                                   g.vocab_size, g.mlp_ratio, g.tied_embeddings};
+    shape = model::gpt_shape(g);
     heads = g.heads;
     dropout = g.dropout > 0;
     recompute = g.recompute;

@@ -6,9 +6,8 @@
 #include <fstream>
 
 #include "hpctrain/data/dataset.hpp"
-#include "hpctrain/model/gpt.hpp"
-#include "hpctrain/model/llama.hpp"
 #include "hpctrain/model/model.hpp"
+#include "hpctrain/model/model_family.hpp"
 #include "hpctrain/runtime/config.hpp"
 #include "hpctrain/runtime/error.hpp"
 #include "hpctrain/runtime/regular_file.hpp"
@@ -48,27 +47,6 @@ struct RecordedRun {
   std::int64_t samples_evaluated = 0;
 };
 
-// The model, work and optimizer of a run configuration, for `devices` ranks; its pipeline
-// schedule into `pipeline` (parallel.pp > 1).
-// What the plan needs of a decoder-only language model's section.
-struct DecoderFacts {
-  plan::TransformerShape shape;
-  std::int64_t heads = 0;
-  bool dropout = false;
-  model::Recompute recompute = model::Recompute::kNone;
-};
-
-DecoderFacts decoder_facts(ConfigSection& section, const std::string& name, int tp) {
-  if (name == "llama") {
-    const model::LlamaOptions o = model::read_llama_options(section, tp);
-    return {model::llama_shape(o), o.heads, false, o.recompute};
-  }
-  const model::GptOptions g = model::read_gpt_options(section, tp);
-  return {plan::TransformerShape{g.layers, g.width, g.seq_len, g.vocab_size, g.mlp_ratio,
-                                 g.tied_embeddings},
-          g.heads, g.dropout > 0, g.recompute};
-}
-
 // --devices must hold whole tp x pp groups.
 void check_devices(int devices, int tp, int pp) {
   if (devices % tp != 0) {
@@ -82,17 +60,19 @@ void check_devices(int devices, int tp, int pp) {
   }
 }
 
-// A gpt's or llama's parameters, FLOPs and activation shape, counted analytically so that a config
-// of any size plans without allocating its weights (tests/unit/plan checks the count against the
-// built model); its blocks per pipeline stage into `pipeline` (parallel.pp > 1).
+// A decoder family's parameters, FLOPs and activation shape (its DecoderFacts), counted
+// analytically so that a config of any size plans without allocating its weights
+// (tests/unit/plan checks the count against the built model); its blocks per pipeline stage into
+// `pipeline` (parallel.pp > 1).
 void count_decoder(ConfigSection& model_section, const TrainConfig& tc, PlanInputs& in,
                    MemoryInputs& memory, PipelinePlan& pipeline) {
-  const DecoderFacts f = decoder_facts(model_section, in.model_name, tc.parallel.tp);
+  const model::DecoderFacts f =
+      model::find_model_family(in.model_name)->decoder_facts(model_section, tc.parallel.tp);
   if (tc.parallel.pp > 1) {
     pipeline.stage_blocks = plan::pipeline_stage_blocks(
         static_cast<int>(f.shape.layers), pipeline.shape.stages(), tc.parallel.pp_layers);
   }
-  memory.gpt = true;
+  memory.decoder = true;
   memory.shape = f.shape;
   memory.heads = f.heads;
   memory.dropout = f.dropout;
@@ -244,6 +224,8 @@ void size_evaluations(const TrainConfig& tc, const PlanRequest& o, PlanInputs& i
   }
 }
 
+// The model, work and optimizer of a run configuration, for `devices` ranks; its pipeline
+// schedule into `pipeline` (parallel.pp > 1).
 PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
                               const std::optional<RecordedRun>& recorded, MemoryInputs& memory,
                               PipelinePlan& pipeline) {
@@ -262,7 +244,8 @@ PlanInputs inputs_from_config(Config& config, const PlanRequest& o, int devices,
   in.source = str("config ", config.origin());
   auto model_section = config.section("model");
   in.model_name = tc.model.name;
-  if (in.model_name == "gpt" || in.model_name == "llama") {
+  const model::ModelFamily* family = model::find_model_family(in.model_name);
+  if (family != nullptr && family->decoder) {
     count_decoder(model_section, tc, in, memory, pipeline);
   } else {
     count_built_model(model_section, tc, in);

@@ -49,6 +49,7 @@
 #include "hpctrain/model/recompute.hpp"
 #include "hpctrain/parallel/tensor_parallel_linear.hpp"
 #include "hpctrain/parallel/vocab_parallel_embedding.hpp"
+#include "hpctrain/plan/compute_plan.hpp"
 
 namespace hpctrain::model {
 
@@ -79,6 +80,11 @@ struct GptOptions {
 /// width * mlp_ratio a whole number divisible by tp. Throws ConfigError naming the key. Local:
 /// every rank runs it on the same config before any collective.
 GptOptions read_gpt_options(ConfigSection& section, int tp_size);
+
+/// The gpt's shape as the plan counts it (parameters, FLOPs per token, activation bytes): the
+/// one description of its block that the model, `hpctrain plan`, the memory plan and the ledger
+/// share. Local.
+plan::TransformerShape gpt_shape(const GptOptions& options);
 
 /// Causal self-attention with heads split across the tp group: QKV column-parallel (this rank's
 /// heads), scores and softmax local to each head, output projection row-parallel.

@@ -149,7 +149,7 @@ struct MemoryInputs {
   std::int64_t micro_batches = 1;          ///< optim.grad_accumulation: micro-batches per step
   Precision precision = Precision::kFp32;  ///< run.precision: the activations' element size
   double parameters_per_device = 0;        ///< logical parameters / (tp x pp)
-  bool gpt = false;  ///< activations are estimated for the gpt and the llama (shape.swiglu) only
+  bool decoder = false;  ///< a decoder family's shape: activations are estimated for it only
   TransformerShape shape;
   std::int64_t heads = 0;
   std::int64_t micro_batch = 0;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hpctrain/runtime/error.hpp"
 
@@ -38,6 +39,9 @@ std::string utc_timestamp();
 /// end, joined by "...(N characters)...", so a 1 MB `--set` value does not become a 1 MB line.
 /// Local.
 std::string clip(const std::string& text, std::size_t max_chars = 200);
+
+/// `items` as a message lists them: "a", "a and b", "a, b and c" ("" for none). Local.
+std::string and_list(const std::vector<std::string>& items);
 
 /// The unit table every size error ends with.
 inline const char* byte_units_help() {

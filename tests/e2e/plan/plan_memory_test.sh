@@ -49,7 +49,7 @@ expect_grep "^memory per device \(adamw, dp=4 x tp=1, optimizer state sharded\)"
 expect_grep "^  bytes per parameter +10 +B +\(weights 4 \+ gradients 4 \+ optimizer state 2\)" \
   "$TMP/table.txt"
 expect_grep "activations per micro-batch, recompute none .*this run" "$TMP/table.txt"
-expect_grep "fits: no: .*parallel.shard_optimizer.*model.recompute" "$TMP/table.txt"
+expect_grep "fits: no: .*parallel.shard: optimizer, gradients or full.*model.recompute" "$TMP/table.txt"
 expect_grep "peak resident memory on a CPU host .*heap slack .*a typical rank: leave ~15%" "$TMP/table.txt"
 
 expect_exit 2 "$TMP/bad.txt" "$HPCTRAIN_BIN" plan "${common[@]}" --device-memory 80gallons

@@ -350,7 +350,7 @@ TEST(PlanMemory, MemoryPlanAddsStateActivationsAndHostMemory) {
   EXPECT_EQ(j["host"]["process_base"], "default (measured on Debian 12)");
 
   // A gpt: this run's activations are the recompute mode it uses; the heap slack follows it.
-  m.gpt = true;
+  m.decoder = true;
   m.shape = TransformerShape{12, 768, 1024, 50304, 4.0, true};
   m.heads = 12;
   m.micro_batch = 8;
@@ -411,7 +411,7 @@ TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
   EXPECT_EQ(in.optimizer, "adam");
   EXPECT_EQ(m.dp, 4);
   EXPECT_TRUE(m.shard);
-  EXPECT_TRUE(m.gpt);
+  EXPECT_TRUE(m.decoder);
   EXPECT_EQ(m.heads, 12);
 
   // --params N --tokens D alone: a sample is a token of 2 N forward FLOPs, no activations.
@@ -422,7 +422,7 @@ TEST(PlanSizes, TransformerSizesGiveTheModelWorkAndMemory) {
   const PlanInputs gpt3 = inputs_from_sizes(p, 1, pm);
   EXPECT_DOUBLE_EQ(gpt3.forward_flops_per_sample, 2 * 175e9);
   EXPECT_DOUBLE_EQ(gpt3.train_samples, 300e9);
-  EXPECT_FALSE(pm.gpt);
+  EXPECT_FALSE(pm.decoder);
 
   // Missing pieces are ConfigErrors naming the argument.
   auto message = [](const SizeArguments& bad) {
@@ -496,7 +496,7 @@ MemoryInputs gpt_medium_inputs(int dp, int tp) {
   MemoryInputs m;
   m.dp = dp;
   m.tp = tp;
-  m.gpt = true;
+  m.decoder = true;
   m.shape = TransformerShape{8, 512, 256, 256, 4.0, true};
   m.heads = 8;
   m.micro_batch = 8;
