@@ -28,7 +28,7 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
     records.push_back({"model/" + e.name,
                        master.defined() ? master.narrow(0, e.offset, e.numel).view(e.param.sizes())
                                         : e.param.detach(),
-                       model.shard_info(e.name)});
+                       model.shard_info(e.name), e.name});
   }
   // Buffers (BatchNorm statistics of user models; the built-in models have none) are model state
   // too: saved under their state_dict names, from dp rank 0 like every replicated tensor.
@@ -37,7 +37,7 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
   for (const auto& item : model.named_buffers(/*recurse=*/true)) {
     records.push_back({"model/" + item.key(),
                        snapshot_buffers ? item.value().clone() : item.value(),
-                       model.shard_info(item.key())});
+                       model.shard_info(item.key()), item.key()});
   }
   if (!with_optimizer) return records;
   for (auto& [state_name, buffer] : optimizer.state()) {
@@ -53,7 +53,7 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
     for (const auto& e : dp.layout()) {
       records.push_back({str("optimizer/", state_name, "/", e.name),
                          layout.narrow(0, e.offset, e.numel).view(e.param.sizes()),
-                         model.shard_info(e.name)});
+                         model.shard_info(e.name), e.name});
     }
   }
   return records;
@@ -62,14 +62,11 @@ std::vector<checkpoint::TensorRecord> state_records(model::Model& model,
 void drop_stage_copies(std::vector<checkpoint::TensorRecord>& records, const model::Model& model) {
   for (const model::StageCopy& copy : model.stage_copies()) {
     if (copy.primary) continue;
-    const std::string suffix = "/" + copy.name;  // "model/wte.weight", "optimizer/exp_avg/..."
-    records.erase(std::remove_if(records.begin(), records.end(),
-                                 [&](const checkpoint::TensorRecord& r) {
-                                   return r.name.size() > suffix.size() &&
-                                          r.name.compare(r.name.size() - suffix.size(),
-                                                         suffix.size(), suffix) == 0;
-                                 }),
-                  records.end());
+    // Its weights and every optimizer state of it ("model/wte.weight", "optimizer/exp_avg/...").
+    records.erase(
+        std::remove_if(records.begin(), records.end(),
+                       [&](const checkpoint::TensorRecord& r) { return r.parameter == copy.name; }),
+        records.end());
   }
 }
 

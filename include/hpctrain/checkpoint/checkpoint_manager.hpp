@@ -40,6 +40,10 @@ struct TensorRecord {
   std::string name;        ///< "model/fc1.weight", "optimizer/exp_avg/fc1.weight"
   torch::Tensor local;     ///< this rank's tensor (the shard when tensor parallel)
   model::ShardInfo shard;  ///< logical shape and split dim (-1: replicated)
+  /// The model parameter or buffer the tensor belongs to ("fc1.weight" for both records above);
+  /// empty where no parameter is meant (int8 scales). The trainer drops a pipeline stage's
+  /// copies of a tied parameter by it.
+  std::string parameter = {};
 };
 
 /// What the trainer hands over at a save. Only ranks with dp_rank 0 write `tensors`; the others
