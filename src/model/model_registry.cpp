@@ -59,13 +59,15 @@ std::map<std::string, Registered>& registry() {
     ModelFamily torchscript{"torchscript", std::nullopt};
     torchscript.single_stage = true;
     std::map<std::string, Registered> out;
-    for (auto [family, factory] :
-         {std::pair{mlp, ModelFactory(make_mlp)}, std::pair{cnn, ModelFactory(make_cnn)},
-          std::pair{gpt, ModelFactory(make_gpt)}, std::pair{llama, ModelFactory(make_llama)},
-          std::pair{torchscript, ModelFactory(make_torchscript)}}) {
+    auto add = [&](ModelFamily family, ModelFactory factory) {
       const std::string name = family.name;
       out.emplace(name, Registered{std::move(family), std::move(factory)});
-    }
+    };
+    add(mlp, make_mlp);
+    add(cnn, make_cnn);
+    add(gpt, make_gpt);
+    add(llama, make_llama);
+    add(torchscript, make_torchscript);
     return out;
   }();
   return families;

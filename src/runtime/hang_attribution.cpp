@@ -23,11 +23,14 @@ std::string op_or_unknown(const std::string& op) {
 }
 
 std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    out += (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") + std::to_string(ranks[i]);
-  }
-  return out;
+  std::vector<std::string> names;
+  for (int world_rank : ranks) names.push_back(std::to_string(world_rank));
+  return and_list(names);
+}
+
+// An operation's name without its qualifier ("allreduce (control)" -> "allreduce").
+std::string bare_op(const std::string& op) {
+  return op.substr(0, op.find(' '));
 }
 
 bool contains(const std::vector<int>& ranks, int world_rank) {
@@ -51,7 +54,7 @@ struct Link {
 // A collective that no member completes before every member has entered it (a rooted one, or a
 // broadcast, may complete on some members first).
 bool needs_every_member(const std::string& op) {
-  const std::string name = op.substr(0, op.find(' '));
+  const std::string name = bare_op(op);
   return name == "all_reduce" || name == "allreduce" || name == "all_gather" ||
          name == "allgather" || name == "reduce_scatter" || name == "barrier";
 }
@@ -258,7 +261,7 @@ HangAttribution attribute_hang(const WaitingCollective& w,
   // them before it stopped (a ring or tree all-reduce finishes on some ranks first). Nor in a
   // rooted collective that a member has not entered: the others may finish their part (a
   // gather's senders) while the root waits for that member.
-  const std::string op_name = w.op.substr(0, w.op.find(' '));
+  const std::string op_name = bare_op(w.op);
   const bool rooted =
       op_name == "gather" || op_name == "reduce" || op_name == "broadcast" || op_name == "scatter";
   const bool ahead_is_normal = !out.silent.empty() || (rooted && !out.not_entered.empty());
