@@ -237,7 +237,10 @@ void act(const Actions& actions) {
   if (actions.abort_rank >= 0) note_job_abort(actions.abort_rank, actions.abort_code);
   if (actions.dump_for_hang) FlightRecorder::request_dump(DumpReason::kCollectiveTimeout);
   if (actions.dump_requested) FlightRecorder::request_dump(DumpReason::kRequested);
-  if (actions.loss) lost(*actions.loss);
+  // After an error every rank agreed on, each rank ends by itself with the agreed code: a
+  // neighbour that closes or falls silent then is ending too, not lost (its goodbye can still be
+  // on its way when its connection closes, as at 2 ranks, whose two links join the same pair).
+  if (actions.loss && agreed_exit_code() < 0) lost(*actions.loss);
 }
 
 namespace {

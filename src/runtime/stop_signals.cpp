@@ -116,6 +116,10 @@ void note_agreed_exit(int exit_code) {
   g_agreed_code = exit_code;
 }
 
+int agreed_exit_code() {
+  return g_agreed_code;
+}
+
 const char* signal_name(int signal_number) {
   switch (signal_number) {
     case 0: return "none";

@@ -49,6 +49,9 @@ void note_job_abort(int world_rank, int exit_code);
 /// at once (the launcher's, once a faster rank exited non-zero) exits with that code and prints
 /// nothing: the job's one message is rank 0's. Local; async-signal-safe.
 void note_agreed_exit(int exit_code);
+/// The code note_agreed_exit noted, or -1 when this rank is not ending after an agreed error.
+/// Local; async-signal-safe.
+int agreed_exit_code();
 /// "SIGUSR1" for 10, etc. Local.
 const char* signal_name(int signal_number);
 

@@ -6,8 +6,10 @@
 
 #include <deque>
 
+#include "../../../src/runtime/peer_monitor_state.hpp"  // act(), private to src/runtime
 #include "hpctrain/runtime/peer_ring.hpp"
 #include "hpctrain/runtime/peer_wire.hpp"
+#include "hpctrain/runtime/stop_signals.hpp"
 
 namespace hpctrain::runtime::peer {
 namespace {
@@ -350,6 +352,22 @@ TEST(PeerRingPolicy, SilenceAndClosesAreLossesUnlessTheNeighbourSaidGoodbye) {
   ASSERT_TRUE(loss.has_value());
   EXPECT_EQ(loss->lost_rank, 1);
   EXPECT_EQ(loss->reported_by, 2);
+}
+
+// After an error every rank agreed on, a neighbour's close is that neighbour ending with the same
+// code, whether or not its goodbye came first: no loss is reported (e2e_agreed_startup saw
+// "lost rank 1 ... closed without a goodbye" and exit 5 instead of the agreed 2). In a child
+// process: the agreed code is process-wide, and a loss ends the process.
+TEST(PeerMonitorLoss, AfterAnAgreedErrorAClosedNeighbourIsNoLoss) {
+  Actions closed;
+  closed.loss = Loss{1, 0, kClosed, 0};
+  EXPECT_EXIT(
+      {
+        hpctrain::runtime::note_agreed_exit(2);
+        act(closed);
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(PeerRingPolicy, AnAbortEndsEveryWatchAndGoesRoundOnce) {
