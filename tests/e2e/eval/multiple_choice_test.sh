@@ -7,7 +7,8 @@
 #    multiple_choice_reference.py: one sequence at a time, no padding), the results in the store
 #    (step file tagged mc-<name>-<checksum>, results.jsonl) and a rerun skipped;
 #  - eval.tasks: the periodic evaluation records the task in metrics.jsonl ("tasks"), the offline
-#    evaluation of the same checkpoint carries it in its result, with the same numbers;
+#    evaluation of the same checkpoint carries it in its result, with the same numbers; so does
+#    the offline watcher (eval --watch) of the finished run, equal to the reference's;
 #  - the llama family: a tiny random Llama-3 Hugging Face folder (grouped-query attention) trained
 #    20 steps from model.init_from with the task in its periodic evaluation: `hpctrain eval
 #    --task multiple-choice` at 1 rank and at tp = 2 chooses, example by example, the endings
@@ -101,6 +102,35 @@ for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm"):
 assert periodic["examples"] == 60
 print("eval.tasks in metrics.jsonl, in the offline result and --task --max-samples 60 agree:",
       {k: periodic[k] for k in ("correct", "correct_norm")})
+PY
+
+# The offline watcher (eval --watch) scores the run's eval.tasks too: on the finished run it
+# evaluates step 40 and stops at the completion marker; its result carries the task with the
+# PyTorch reference's numbers on the task's 60 examples (max_examples: the file's first 60).
+head -n 60 "$TMP/set.jsonl" >"$TMP/set60.jsonl"
+"$PY" "$HPCTRAIN_SOURCE_DIR/scripts/multiple_choice_reference.py" --checkpoint "$ckpt" \
+  --data "$TMP/set60.jsonl" >"$TMP/ref60.json" || fail "the reference failed on 60 examples"
+expect_exit 0 "$TMP/watch.txt" "$HPCTRAIN_BIN" eval --watch "$run" --poll 0.2 --timeout 30 \
+  --results "$TMP/watch"
+expect_grep "eval step 40 task fortunes: accuracy [0-9.]+, accuracy_norm [0-9.]+ \(60 examples\)" \
+  "$TMP/watch.txt"
+expect_grep "watch ended: training is complete .*; 1 checkpoint\(s\) evaluated, 0 already" \
+  "$TMP/watch.txt"
+"$PY" - "$TMP/watch" "$TMP/ref60.json" "$TMP/res60" <<'PY' || fail "eval --watch: task numbers differ"
+import glob, json, sys
+watch, ref60, res60 = sys.argv[1:]
+[path] = glob.glob(f"{watch}/step_00000040.json")
+watched = json.load(open(path))["tasks"]["fortunes"]
+ref = json.load(open(ref60))
+[path] = glob.glob(f"{res60}/step_00000040.mc-set-*.json")
+task = json.load(open(path))
+for k in ("examples", "correct", "correct_norm", "accuracy", "accuracy_norm"):
+    assert watched[k] == ref[k] == task[k], (k, watched[k], ref[k], task[k])
+assert watched["examples"] == 60, watched
+lines = [json.loads(l) for l in open(f"{watch}/results.jsonl")]
+assert [l["step"] for l in lines] == [40] and lines[0]["tasks"]["fortunes"] == watched, lines
+print("eval --watch: task fortunes as the reference and --task on 60 examples:",
+      {k: watched[k] for k in ("correct", "correct_norm")})
 PY
 
 # The llama family: a tiny random Llama-3 Hugging Face folder (byte vocabulary, 4 query heads

