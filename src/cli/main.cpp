@@ -10,6 +10,7 @@
 #include <string>
 
 #include "command.hpp"
+#include "fork_server.hpp"
 #include "hpctrain/build_config.hpp"
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/startup_agreement.hpp"
@@ -246,5 +247,8 @@ int run_main(int argc, char** argv) {
 }  // namespace hpctrain::cli
 
 int main(int argc, char** argv) {
+  // Test machinery only (fork_server.hpp): one loaded binary forks the commands a test asks for.
+  if (const char* socket = std::getenv("HPCTRAIN_TEST_FORK_SERVER"); socket && *socket)
+    return hpctrain::cli::serve_forked_commands(socket, hpctrain::cli::run_main);
   return hpctrain::cli::run_main(argc, argv);
 }

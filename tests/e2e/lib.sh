@@ -55,6 +55,8 @@ expect_exit() {
     # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
     set -- $HPCTRAIN_MPIEXEC -np "$n" "$@"
   fi
+  forked_argv "$@"
+  set -- "${FORKED_ARGV[@]}"
   timeout 120 "$@" >"$log" 2>&1
   local got=$?
   if [[ $got -ne $want ]]; then
@@ -70,23 +72,66 @@ expect_exit() {
 # case_run runs FUNC ARGS in the background, at most JOBS at once; cases_end waits for all, prints
 # each case's output in the order the cases were given, and adds their failures to this script's.
 # A case must not depend on another's files.
+# fork_server_start: from here on, expect_exit runs one-process commands ("$HPCTRAIN_BIN" ...,
+# not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
+# for the command, without the second of loading LibTorch each time. Tests that signal or look
+# for hpctrain's processes by name must not use it. Call it from the script itself, not a
+# subshell: the server ends with the shell that started it. finish stops it.
+# HPCTRAIN_TEST_NO_FORK=1: every command a process of its own (to compare, or to rule it out).
+fork_server_start() {
+  [[ ${HPCTRAIN_TEST_NO_FORK:-0} == 1 ]] && return 0
+  FORK_SOCKET=$TMP/fork.sock
+  # A Unix socket's path holds at most 107 bytes.
+  ((${#FORK_SOCKET} < 100)) || FORK_SOCKET=$(mktemp -u /tmp/hpctrain-fork.XXXXXX)
+  FORKED_HPCTRAIN=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/support/forked_hpctrain.py")
+  rm -f "$FORK_SOCKET"
+  HPCTRAIN_TEST_FORK_SERVER=$FORK_SOCKET "$HPCTRAIN_BIN" >"$TMP/fork-server.txt" 2>&1 &
+  FORK_SERVER_PID=$!
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [[ -S $FORK_SOCKET ]] && return 0
+    kill -0 "$FORK_SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "the fork server did not open $FORK_SOCKET: $(cat "$TMP/fork-server.txt")"
+  FORK_SOCKET=''
+}
+# forked_argv CMD...: sets FORKED_ARGV to CMD, or, where CMD is "$HPCTRAIN_BIN" ... and a fork
+# server runs, to the client that runs it in a fork of the server.
+forked_argv() {
+  FORKED_ARGV=("$@")
+  if [[ -n ${FORK_SOCKET:-} && $1 == "$HPCTRAIN_BIN" ]]; then
+    FORKED_ARGV=(env HPCTRAIN_TEST_FORK_SERVER="$FORK_SOCKET" "${FORKED_HPCTRAIN[@]}" "$@")
+  fi
+}
+fork_server_stop() {
+  [[ -n ${FORK_SERVER_PID:-} ]] || return 0
+  kill "$FORK_SERVER_PID" 2>/dev/null
+  wait "$FORK_SERVER_PID" 2>/dev/null
+  FORK_SERVER_PID=''
+  FORK_SOCKET=''
+}
 cases_start() {
   CASES_JOBS=$1
   CASES_N=0
+  CASES_PIDS=()
   rm -rf "$TMP/.cases" && mkdir -p "$TMP/.cases"
 }
 case_run() {
   local i=$CASES_N
   CASES_N=$((CASES_N + 1))
-  while (($(jobs -pr | wc -l) >= CASES_JOBS)); do wait -n; done
+  # The cases running: the script's background jobs but the fork server.
+  while (($(jobs -pr | grep -cvxF "${FORK_SERVER_PID:-none}") >= CASES_JOBS)); do wait -n; done
   (
     FAILURES=0
     "$@"
     echo "$FAILURES" >"$TMP/.cases/$i.failures"
   ) >"$TMP/.cases/$i.out" 2>&1 &
+  CASES_PIDS+=("$!")
 }
 cases_end() {
-  wait
+  local pid
+  for pid in "${CASES_PIDS[@]}"; do wait "$pid"; done
   local i
   for ((i = 0; i < CASES_N; i++)); do
     cat "$TMP/.cases/$i.out"
@@ -104,6 +149,7 @@ expect_grep() {
 }
 
 finish() {
+  fork_server_stop  # its commands' CPU time counts below once it is waited for
   # The CPU time of the script and every process it waited for (user and system, children last):
   # ctest's log then says which tests leave a core idle (scripts/test_times.py reads it).
   # (times runs in this shell: in a pipeline or $(...) it would count a fresh subshell's.)

@@ -29,10 +29,14 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from forked_hpctrain import ForkServer  # noqa: E402
 
 TRACE = re.compile(r"unexpected failure|Exception raised from|frame #\d|terminate called|"
                    r"std::bad_alloc|what\(\):|Segmentation|Aborted|HDF5-DIAG")
@@ -249,13 +253,29 @@ def mutate_checkpoint(rng, base_dir, target):
         open(manifest_path, "w").write(json.dumps(seal(m), indent=2, sort_keys=True))
 
 
+FORK_SERVER = None  # set by main: the cases' processes are forks of one loaded binary
+
+
 def run_case(case):
     start = time.monotonic()
     try:
-        proc = subprocess.run(case["cmd"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=case["timeout"], cwd=case["cwd"], env=case["env"])
-        output = proc.stdout.decode(errors="replace")
-        code = proc.returncode
+        if FORK_SERVER:
+            with open(os.path.join(case["cwd"], f"output-{threading.get_ident()}.txt"), "w+b") as out, \
+                    open(os.devnull, "rb") as null:
+                how, code = FORK_SERVER.run(case["cmd"][1:], cwd=case["cwd"], env=case["env"],
+                                            stdin=null.fileno(), stdout=out.fileno(),
+                                            stderr=out.fileno(), timeout=case["timeout"])
+                out.seek(0)
+                output = out.read().decode(errors="replace")
+            if how == "timeout":
+                return case, f"hang: no exit within {case['timeout']} s", output
+            if how == "signal":
+                code = -code
+        else:
+            proc = subprocess.run(case["cmd"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  timeout=case["timeout"], cwd=case["cwd"], env=case["env"])
+            output = proc.stdout.decode(errors="replace")
+            code = proc.returncode
     except subprocess.TimeoutExpired as e:
         return case, f"hang: no exit within {case['timeout']} s", (e.stdout or b"").decode(errors="replace")
     finally:
@@ -282,6 +302,9 @@ def main():
     ap.add_argument("--checkpoints", type=int, default=100)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--case-timeout", type=float, default=30)
+    ap.add_argument("--no-fork-server", action="store_true",
+                    help="start every case's process from the binary (not forked from one loaded "
+                         "copy: src/cli/fork_server.hpp)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     work = os.path.abspath(a.work)
@@ -339,6 +362,10 @@ def main():
     seconds = {}
     started = time.monotonic()
     print(f"fuzz seed {a.seed}: {len(cases)} cases, {a.jobs} at a time", flush=True)
+    global FORK_SERVER
+    if not a.no_fork_server:
+        FORK_SERVER = ForkServer(a.binary, os.path.join(work, "fork.sock"), env,
+                                 log=open(os.path.join(work, "fork-server.txt"), "wb"))
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         for n, (case, problem, output) in enumerate(pool.map(run_case, cases), 1):
             counts[case["family"]] = counts.get(case["family"], 0) + 1
@@ -348,6 +375,8 @@ def main():
                 failures.append((case, problem, output))
             if n % 50 == 0:
                 print(f"  {n} cases done, {len(failures)} failure(s)", flush=True)
+    if FORK_SERVER:
+        FORK_SERVER.close()
     keep = os.path.join(work, "failures")
     for n, (case, problem, output) in enumerate(failures):
         print(f"FAIL ({case['family']}): {problem}\n  command: {' '.join(case['cmd'])}")

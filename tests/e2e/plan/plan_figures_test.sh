@@ -2,6 +2,7 @@
 # hpctrain plan without a training run: the published GPT-3 figure from size arguments, times at a
 # preset peak, the Young/Daly interval, plans of the shipped configs, the table, and usage errors.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 configs=$HPCTRAIN_SOURCE_DIR/configs
 
 # GPT-3 (Brown et al. 2020): 175e9 parameters, 300e9 tokens: 6 N D = 3.15e23 FLOPs. On 1024

@@ -7,6 +7,7 @@
 # every shipped config and every block) and every command of `hpctrain --help` must appear in the
 # docs: the test lists the differences.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 src=$HPCTRAIN_SOURCE_DIR
 helper=("$PY" "$src/tests/e2e/runtime/docs_examples.py")
 export HPCTRAIN_CONFIG_KEYS=$TMP/keys.txt

@@ -5,6 +5,7 @@
 # open(2) of a FIFO blocked until `timeout` ended the process (exit 124 / 75). Every command runs
 # under a short `timeout`, so a regression fails here instead of hanging the suite.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set eval.every_steps=0 --set eval.at_end=false
@@ -15,7 +16,8 @@ common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/
 bounded() {
   local want=$1 log=$2
   shift 2
-  expect_exit "$want" "$log" timeout -k 5 30 "$@"
+  forked_argv "$@"
+  expect_exit "$want" "$log" timeout -k 5 30 "${FORKED_ARGV[@]}"
 }
 # shellcheck disable=SC2206  # HPCTRAIN_MPIEXEC holds the launcher and its flags
 mpirun2=($HPCTRAIN_MPIEXEC -np 2)

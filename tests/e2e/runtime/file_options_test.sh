@@ -6,6 +6,7 @@
 # a message naming the path. As root, permissions do not stop reading: the unreadable case runs
 # the command as user nobody (setpriv).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 tiny=$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml
 T=$TMP/t  # where the bad paths live; readable by nobody
@@ -76,7 +77,10 @@ check_case() {
     [[ ${words[0]} == train ]] && words+=(--set "run.dir=$T/nobody-$n")
   fi
   local log=$TMP/$n.txt
-  (cd "$T" && HOME=$T timeout -k 5 30 "${runner[@]}" "$HPCTRAIN_BIN" "${words[@]}") >"$log" 2>&1
+  # As nobody, a process of its own (the fork server's children are root's).
+  local argv=("$HPCTRAIN_BIN" "${words[@]}")
+  ((${#runner[@]} > 0)) || { forked_argv "${argv[@]}" && argv=("${FORKED_ARGV[@]}"); }
+  (cd "$T" && HOME=$T timeout -k 5 30 "${runner[@]}" "${argv[@]}") >"$log" 2>&1
   local got=$?
   if ((got != code)); then
     fail "$name given a $what ($path): exit $got, expected $code"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The tests' fork server (src/cli/fork_server.hpp, tests/support/forked_hpctrain.py) against the
+# binary's own processes: the same exit code, stdout and stderr for a version, usage, config,
+# data and plan command; the client's directory and environment; a stop signal forwarded (75)
+# and a deadly one (SIGALRM: the client ends by it too, as the process did); a client killed
+# outright takes its command with it. The tests that use the server rely on all of this.
+source "$(dirname "$0")/../lib.sh"
+data=$HPCTRAIN_TEST_DATA/fashion-mnist
+tiny=$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml
+HPCTRAIN_TEST_NO_FORK=0 fork_server_start  # this test is of the server: never without it
+[[ -n ${FORK_SOCKET:-} ]] || finish
+client=(env HPCTRAIN_TEST_FORK_SERVER="$FORK_SOCKET" "${FORKED_HPCTRAIN[@]}" "$HPCTRAIN_BIN")
+
+# same NAME ARGS...: the forked command and the binary's own process agree.
+same() {
+  local name=$1
+  shift
+  "$HPCTRAIN_BIN" "$@" >"$TMP/$name.own.out" 2>"$TMP/$name.own.err"
+  local own=$?
+  "${client[@]}" "$@" >"$TMP/$name.forked.out" 2>"$TMP/$name.forked.err"
+  local forked=$?
+  ((own == forked)) || fail "$name: exit $forked forked, $own as its own process"
+  cmp -s "$TMP/$name.own.out" "$TMP/$name.forked.out" ||
+    fail "$name: stdout differs: $(diff "$TMP/$name.own.out" "$TMP/$name.forked.out" | head -5)"
+  cmp -s "$TMP/$name.own.err" "$TMP/$name.forked.err" ||
+    fail "$name: stderr differs: $(diff "$TMP/$name.own.err" "$TMP/$name.forked.err" | head -5)"
+  echo "$name: exit $own, the same streams"
+}
+same version --version
+same usage plan --no-such-option
+same config plan -c "$TMP/missing.yaml"
+same data inspect data "$TMP/missing.h5"
+same inspect inspect data "$data/test.h5"
+same plan plan -c "$tiny" --devices 2 --set "data.train=$data/train.h5" --set "data.val=$data/test.h5"
+"${client[@]}" plan -c "$TMP/missing.yaml" >/dev/null 2>&1
+code=$?
+((code == 2)) || fail "a missing config: exit $code forked, expected 2"
+
+# The client's directory and environment.
+mkdir -p "$TMP/cwd" && cp "$tiny" "$TMP/cwd/relative.yaml"
+(cd "$TMP/cwd" && HPCTRAIN_CONFIG_KEYS=$TMP/keys.txt "${client[@]}" plan -c relative.yaml \
+  --set "data.train=$data/train.h5" --set "data.val=$data/test.h5" >"$TMP/cwd.txt" 2>&1) ||
+  fail "plan of a relative path in the client's directory failed: $(tail -3 "$TMP/cwd.txt")"
+grep -q "^model.name$" "$TMP/keys.txt" 2>/dev/null ||
+  fail "HPCTRAIN_CONFIG_KEYS of the client's environment was not seen"
+
+# Signals: a watch waits between polls; SIGTERM is forwarded (75, as its own process), SIGALRM
+# ends the command by the signal and the client the same way (128 + 14).
+expect_exit 0 "$TMP/run.txt" "$HPCTRAIN_BIN" train -c "$tiny" --set "data.train=$data/train.h5" \
+  --set "data.val=$data/test.h5" --set run.max_steps=2 --set checkpoint.at_end=true \
+  --set eval.every_steps=0 --set eval.at_end=false --set "run.dir=$TMP/run"
+rm -f "$TMP/run/training_complete.json"  # training "goes on": the watch waits
+watch_then() {  # watch_then SIGNAL NAME CMD...: CMD watching, then SIGNAL; prints its exit code
+  local signal=$1 name=$2
+  shift 2
+  "$@" eval --watch "$TMP/run" --poll 60 --timeout 600 --results "$TMP/results-$name" \
+    >"$TMP/watch-$name.txt" 2>&1 &
+  local pid=$! i
+  for ((i = 0; i < 300; i++)); do grep -q "step 2" "$TMP/watch-$name.txt" && break; sleep 0.1; done
+  sleep 0.5
+  kill "-$signal" "$pid"
+  wait "$pid"
+  echo $?
+}
+for signal in TERM ALRM; do
+  own=$(watch_then "$signal" "own-$signal" "$HPCTRAIN_BIN")
+  forked=$(watch_then "$signal" "forked-$signal" "${client[@]}")
+  if ((own == forked)); then
+    echo "SIG$signal during a watch: exit $own both ways"
+  else
+    fail "SIG$signal during a watch: exit $forked forked, $own as its own process"
+  fi
+done
+[[ $(watch_then TERM own-term2 "$HPCTRAIN_BIN") == 75 ]] || fail "SIGTERM did not end the watch with 75"
+
+# A client killed outright: its command goes too (the server keeps no child).
+watch_then KILL killed "${client[@]}" >/dev/null
+for ((i = 0; i < 50; i++)); do [[ -z $(pgrep -P "$FORK_SERVER_PID") ]] && break; sleep 0.1; done
+[[ -z $(pgrep -P "$FORK_SERVER_PID") ]] ||
+  fail "a killed client's command still runs: $(pgrep -a -P "$FORK_SERVER_PID")"
+finish
