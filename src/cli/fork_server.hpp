@@ -9,7 +9,9 @@
 // directory, environment, standard streams, files and MPI singleton) that skipped the loading,
 // and ends without static destructors (it flushes its streams and HDF5's files, then _exit: in a
 // fork, LibTorch's destructors copy every page its loading wrote). Every other test runs
-// hpctrain as a process of its own. tests/support/forked_hpctrain.py is the client. Nothing else reads the variable; no
+// hpctrain as a process of its own. A child's resident memory counts the pages it shares with the
+// server: tests that measure memory run the binary. tests/support/forked_hpctrain.py is the
+// client. Nothing else reads the variable; no
 // user command starts this way.
 
 namespace hpctrain::cli {

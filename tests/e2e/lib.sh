@@ -74,8 +74,8 @@ expect_exit() {
 # A case must not depend on another's files.
 # fork_server_start: from here on, expect_exit runs one-process commands ("$HPCTRAIN_BIN" ...,
 # not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
-# for the command, without the second of loading LibTorch each time. Tests that signal or look
-# for hpctrain's processes by name must not use it. Call it from the script itself, not a
+# for the command, without the second of loading LibTorch each time. Tests that signal, look for
+# hpctrain's processes by name or measure their memory must not use it. Call it from the script itself, not a
 # subshell: the server ends with the shell that started it. finish stops it.
 # HPCTRAIN_TEST_NO_FORK=1: every command a process of its own (to compare, or to rule it out).
 fork_server_start() {

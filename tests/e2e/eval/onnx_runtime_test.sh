@@ -6,6 +6,7 @@
 # samples `hpctrain eval --save-outputs` evaluated: every output within 1e-4 of hpctrain's,
 # relative to the largest logit.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 npm_dir=${HPCTRAIN_NPM:-$HPCTRAIN_BUILD_DIR/npm}
 [[ -d $npm_dir/node_modules/onnxruntime-node ]] ||

@@ -6,6 +6,7 @@
 # but not for the other modes at the tp and recompute that communicate less, the hybrid group.
 # The memory sizes are derived from the plan's own figures, not written in.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/gpt-medium.yaml" --samples 4096 --eval-samples 64
   --devices 64 --devices-per-node 8)
 
