@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -62,6 +63,8 @@ class ForkServer:
 
     def __init__(self, binary, socket_path, env=None, log=None):
         self.binary = binary
+        if len(socket_path) >= 100:  # a Unix socket's path holds at most 107 bytes
+            socket_path = tempfile.mktemp(prefix="hpctrain-fork.", dir="/tmp")
         self.socket_path = socket_path
         server_env = dict(os.environ if env is None else env,
                           HPCTRAIN_TEST_FORK_SERVER=socket_path)
@@ -82,6 +85,8 @@ class ForkServer:
     def close(self):
         self.process.terminate()
         self.process.wait()
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)
 
 
 def main():
