@@ -36,12 +36,24 @@ skip_test() {
   exit 77
 }
 
-# mpirun_np N CMD...: runs CMD on N ranks.
+# mpirun_np N CMD...: runs CMD on N ranks (each rank a fork of the fork server where the test
+# started it with `fork_server_start mpi` and CMD is "$HPCTRAIN_BIN" ...).
 mpirun_np() {
+  mpi_argv "$@"
+  "${MPI_ARGV[@]}"
+}
+# mpi_argv N CMD...: sets MPI_ARGV to the launcher's command line for CMD on N ranks.
+mpi_argv() {
   local n=$1
   shift
-  # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
-  $HPCTRAIN_MPIEXEC -np "$n" "$@"
+  if [[ -n ${FORK_SOCKET:-} && ${FORK_MPI:-0} == 1 && $1 == "$HPCTRAIN_BIN" ]]; then
+    set -- "${FORKED_HPCTRAIN[@]}" "$@"
+    # shellcheck disable=SC2206  # HPCTRAIN_MPIEXEC holds the launcher and its flags
+    MPI_ARGV=(env HPCTRAIN_TEST_FORK_SERVER="$FORK_SOCKET" $HPCTRAIN_MPIEXEC -np "$n" "$@")
+    return
+  fi
+  # shellcheck disable=SC2206
+  MPI_ARGV=($HPCTRAIN_MPIEXEC -np "$n" "$@")
 }
 
 # expect_exit CODE LOGFILE CMD...: runs CMD (which may start with "mpirun_np N") with a 120 s
@@ -50,13 +62,13 @@ expect_exit() {
   local want=$1 log=$2
   shift 2
   if [[ $1 == mpirun_np ]]; then
-    local n=$2
-    shift 2
-    # shellcheck disable=SC2086  # HPCTRAIN_MPIEXEC holds the launcher and its flags
-    set -- $HPCTRAIN_MPIEXEC -np "$n" "$@"
+    shift
+    mpi_argv "$@"
+    set -- "${MPI_ARGV[@]}"
+  else
+    forked_argv "$@"
+    set -- "${FORKED_ARGV[@]}"
   fi
-  forked_argv "$@"
-  set -- "${FORKED_ARGV[@]}"
   timeout 120 "$@" >"$log" 2>&1
   local got=$?
   if [[ $got -ne $want ]]; then
@@ -67,14 +79,20 @@ expect_exit() {
   return 0
 }
 
-# fork_server_start: from here on, expect_exit runs one-process commands ("$HPCTRAIN_BIN" ...,
-# not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
-# for the command, without the second of loading LibTorch each time. Tests that signal, look for
-# hpctrain's processes by name or measure their memory must not use it. Call it from the script
-# itself, not a subshell: the server ends with the shell that started it. finish stops it.
+# fork_server_start [mpi]: from here on, expect_exit runs one-process commands ("$HPCTRAIN_BIN"
+# ..., not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
+# for the command, without the second of loading LibTorch each time. With `mpi`, the ranks of
+# `mpirun_np N "$HPCTRAIN_BIN" ...` (in expect_exit or not) are forks too: mpirun starts the
+# client (tests/support/forked_hpctrain.py) on each rank, and each rank's fork gets the client's
+# environment (the launcher's variables), directory and streams, so MPI_Init in it joins the job
+# as the binary's own process would. Tests that signal, look for hpctrain's processes by name or
+# measure their memory must not use it. Call it from the script itself, not a subshell: the
+# server ends with the shell that started it. finish stops it.
 # HPCTRAIN_TEST_NO_FORK=1: every command a process of its own (to compare, or to rule it out).
 fork_server_start() {
   [[ ${HPCTRAIN_TEST_NO_FORK:-0} == 1 ]] && return 0
+  FORK_MPI=0
+  [[ ${1:-} == mpi ]] && FORK_MPI=1
   FORK_SOCKET=$TMP/fork.sock
   # A Unix socket's path holds at most 107 bytes.
   ((${#FORK_SOCKET} < 100)) || FORK_SOCKET=$(mktemp -u /tmp/hpctrain-fork.XXXXXX)

@@ -10,6 +10,7 @@
 # after-rename): `latest` still names the previous checkpoint, the new one is complete, and a
 # resume takes `latest`'s.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set eval.every_steps=0 --set eval.at_end=false

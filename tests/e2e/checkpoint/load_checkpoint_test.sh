@@ -4,6 +4,7 @@
 # values and dtypes (bfloat16, float16 included), and verifies with its checksums; a damaged file
 # fails --verify. `hpctrain inspect checkpoint` describes and verifies the same checkpoint.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 DRIVER=$1
 SCRIPT=$HPCTRAIN_SOURCE_DIR/scripts/load_checkpoint.py
 

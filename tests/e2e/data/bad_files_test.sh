@@ -2,6 +2,7 @@
 # Every kind of bad data file is an error with file, dataset, expected and found, exit code 3, on
 # 2 ranks, without hanging: each rank validates before any collective.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 $PY "$(dirname "$0")/make_test_files.py" "$TMP/files" >/dev/null || fail "make_test_files.py"
 f=$TMP/files

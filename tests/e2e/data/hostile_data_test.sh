@@ -5,7 +5,7 @@
 # allocates by a count it read from the file (no std::bad_alloc, no "vector larger than
 # max_size").
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 f=$TMP/files
 mkdir -p "$f"
 

@@ -5,7 +5,7 @@
 # whichever rank validated it); a changed file list on resume is refused with the difference
 # named, and accepted with data.allow_changed_files.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 compare=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py")
 total=$("$PY" "$(dirname "$0")/make_shards.py" "$TMP") || fail "make_shards.py failed"
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set model.in_features=16

@@ -6,6 +6,7 @@
 # the end, document indices, lengths) and out-of-vocabulary ids are exit 3 naming the field (at 1
 # rank; at 2 ranks too for one damaged header, ids and a FIFO: every rank reports one line).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 compare=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py")
 "$PY" "$(dirname "$0")/make_megatron.py" "$TMP" >/dev/null || fail "make_megatron.py failed"
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/gpt-tiny.yaml" --set model.seq_len=16 --set model.layers=2

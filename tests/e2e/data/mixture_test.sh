@@ -5,7 +5,7 @@
 # positions in the checkpoint); a run stopped mid-epoch and resumed ends bitwise equal to an
 # uninterrupted one; a checkpoint of the mixture refuses another mixture.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 compare=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/train/compare_checkpoints.py")
 "$PY" "$(dirname "$0")/make_shards.py" "$TMP" >/dev/null || fail "make_shards.py failed"
 mix="[{path: \"$TMP/shards/*.h5\", weight: 0.7, name: web}, {path: \"$TMP/other\", weight: 0.3, name: code}]"

@@ -2,7 +2,7 @@
 # prepare with bad inputs: wrong magic, truncated files, count mismatches, a missing directory,
 # text that is not UTF-8. Each names the file and exits 3 (bad data), on 1 or 2 ranks.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 $PY - "$TMP" <<'PY' || fail "writing bad IDX files"
 import gzip, os, sys

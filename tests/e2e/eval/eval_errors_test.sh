@@ -4,7 +4,7 @@
 # does not exist, a data file of another kind (tokens for an MLP), inputs of the wrong shape, an
 # unknown split and a split the run's config does not define, contradictory options.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 run=$TMP/run
 expect_exit 0 "$TMP/train.txt" "$HPCTRAIN_BIN" train -c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" \

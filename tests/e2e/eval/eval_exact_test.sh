@@ -6,6 +6,7 @@
 # evaluation of its step. Also: results files and fields, idempotent reruns, repair of a lost
 # results.jsonl line, best.json, --batch-size auto, --bf16 --compare-fp32, --data, --split train.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 run=$TMP/run
 expect_exit 0 "$TMP/train.txt" mpirun_np 2 "$HPCTRAIN_BIN" train \

@@ -17,7 +17,7 @@
 #    evaluation at 1 rank compress every linear layer, beside training's float32 loss;
 #  - bad files: exit 3 naming the line and the field.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 fortunes=/usr/share/games/fortunes
 expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/science" \
   "$fortunes/wisdom" --out "$TMP/text" --val-fraction 0.1 || finish

@@ -3,6 +3,7 @@
 # not divide. Every rank finds the problem before any collective; the job prints the message and
 # exits 2 without hanging (expect_exit's guard).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 # A small valid token file, so that the run gets as far as building the model.
 $PY - "$TMP/tokens.h5" <<'PY' || fail "writing the token file"

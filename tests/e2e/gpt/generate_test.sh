@@ -17,7 +17,7 @@
 #    Qwen3 and Qwen2 with one kv head): greedy continuations equal scripts/llama_torch_reference.py's
 #    greedy loop, with and without the KV cache, at tp = 1 and 2.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 ref=("$PY" "$HPCTRAIN_SOURCE_DIR/scripts/gpt_generate_reference.py")
 fortunes=/usr/share/games/fortunes
 expect_exit 0 "$TMP/prepare.txt" "$HPCTRAIN_BIN" prepare text --in "$fortunes/science" \

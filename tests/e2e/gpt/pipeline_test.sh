@@ -7,6 +7,7 @@
 # continues the reference's losses; `hpctrain plan` predicts the bubble; shape errors exit 2; a
 # NaN loss on the last stage stops every stage (exit 6).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 fortunes=/usr/share/games/fortunes
 [[ -f $fortunes/science ]] || fail "$fortunes/science missing: apt-get install fortunes"

@@ -6,6 +6,7 @@
 # the evaluation loss of training's last periodic evaluation (bit for bit at tp=2, the grid it
 # was trained on; within float32 rounding of the differently split matmuls at tp=1 and 4).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 fortunes=/usr/share/games/fortunes
 inputs=("$fortunes/science" "$fortunes/linux" "$fortunes/wisdom")

@@ -5,7 +5,7 @@
 # --plugin, and again with model.plugin, evaluating the checkpoint offline (the stored config
 # names the plugin). A missing plugin and a library without models are exit 2.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 prefix=$TMP/prefix
 expect_exit 0 "$TMP/install.log" cmake --install "$HPCTRAIN_BUILD_DIR" --prefix "$prefix" || finish

@@ -15,7 +15,7 @@
 #      exit 4 with one error line at 2 ranks, no hang
 # Argument: the init_from_driver binary.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 DRIVER=${1:?usage: init_from_test.sh INIT_FROM_DRIVER}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REF=$HPCTRAIN_SOURCE_DIR/scripts/gpt_torch_reference.py

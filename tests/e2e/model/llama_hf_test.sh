@@ -20,6 +20,7 @@ DRIVER=${1:?usage: llama_hf_test.sh LLAMA_HF_DRIVER}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REF=$HPCTRAIN_SOURCE_DIR/scripts/llama_torch_reference.py
 export OMP_NUM_THREADS=1
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 # The folders, in one reference process (--each: one line per call).
 cat >"$TMP/folders.args" <<EOF

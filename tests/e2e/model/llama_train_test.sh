@@ -17,6 +17,7 @@
 #      layer`, each equal to scripts/llama_torch_reference.py's forward on the same weights with
 #      PyTorch's int8 linear (quantized::linear_dynamic) or l1_unstructured pruning.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 fortunes=/usr/share/games/fortunes
 [[ -f $fortunes/science ]] || fail "$fortunes/science missing: apt-get install fortunes"

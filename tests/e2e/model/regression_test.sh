@@ -5,6 +5,7 @@
 # reports MSE and MAE, the same offline on 1 and 2 ranks as in training. A file with integer
 # targets is refused (exit 3).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 here=$(dirname "$0")
 models=$TMP/models
 expect_exit 0 "$TMP/make_models.log" "$PY" "$here/make_models.py" "$models" || finish

@@ -3,7 +3,7 @@
 # written (no config.yaml, no checkpoint), on 1 and 2 ranks; a traced module whose dropout and
 # BatchNorm modes are frozen trains with a warning.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 here=$(dirname "$0")
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 models=$TMP/models

@@ -5,6 +5,7 @@
 # reproduces the periodic evaluation, and `hpctrain export --format torchscript` writes a module
 # that torch.jit.load serves with the trained weights and the same outputs.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 here=$(dirname "$0")
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 models=$TMP/models

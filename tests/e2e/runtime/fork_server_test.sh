@@ -3,7 +3,9 @@
 # binary's own processes: the same exit code, stdout and stderr for a version, usage, config,
 # data and plan command; the client's directory and environment; a stop signal forwarded (75)
 # and a deadly one (SIGALRM: the client ends by it too, as the process did); a client killed
-# outright takes its command with it. The tests that use the server rely on all of this.
+# outright takes its command with it. Under mpirun (`fork_server_start mpi`), each rank a fork:
+# the same losses as the binary's own ranks, a rank that fails alone ends the job with the same
+# code, a stop signal to mpirun reaches the forked ranks (75) and no fork outlives its job. The tests that use the server rely on all of this.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 tiny=$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml
@@ -72,6 +74,52 @@ for signal in TERM ALRM; do
   fi
 done
 [[ $(watch_then TERM own-term2 "$HPCTRAIN_BIN") == 75 ]] || fail "SIGTERM did not end the watch with 75"
+
+# Ranks under mpirun: each rank's client asks for a fork with the launcher's environment.
+# mpi_run FORK NAME WANT ARGS...: `mpirun_np 2 "$HPCTRAIN_BIN" ARGS...`, its ranks forks or not.
+mpi_run() {
+  local fork=$1 name=$2 want=$3
+  shift 3
+  FORK_MPI=$fork expect_exit "$want" "$TMP/mpi-$name.txt" mpirun_np 2 "$HPCTRAIN_BIN" "$@"
+}
+train2=(train -c "$tiny" --set "data.train=$data/train.h5" --set "data.val=$data/test.h5"
+  --set run.max_steps=6 --set logging.every_steps=1 --set eval.every_steps=3)
+for fork in 0 1; do
+  mpi_run "$fork" "train-$fork" 0 "${train2[@]}" --set "run.dir=$TMP/mpi-run-$fork"
+  mpi_run "$fork" "fail-$fork" 1 "${train2[@]}" --set "run.dir=$TMP/mpi-fail-$fork" \
+    --set debug.fail_step=3 --set debug.fail_rank=1
+done
+losses() { grep -oE '"(loss|val_loss)":[^,]*' "$1/metrics.jsonl"; }
+[[ -n $(losses "$TMP/mpi-run-0") ]] || fail "no losses in $TMP/mpi-run-0/metrics.jsonl"
+[[ $(losses "$TMP/mpi-run-0") == "$(losses "$TMP/mpi-run-1")" ]] ||
+  fail "2 ranks: forked losses differ: $(diff <(losses "$TMP/mpi-run-0") <(losses "$TMP/mpi-run-1") | head -4)"
+# A 2-rank watch, then SIGTERM to mpirun: the forks are the server's grandchildren (a handler
+# each) while it runs; mpirun passes the signal on, the ranks end with 75 as the binary's ranks
+# do, mpirun with the same code both ways (its own: 1), and no fork is left.
+mpi_watch() {  # mpi_watch FORK: prints the exit code, and the forks seen running
+  mpi_argv 2 "$HPCTRAIN_BIN" eval --watch "$TMP/run" --poll 60 --timeout 600 \
+    --results "$TMP/results-mpi-$1"
+  FORK_MPI=$1 "${MPI_ARGV[@]}" >"$TMP/mpi-watch-$1.txt" 2>&1 &
+  local pid=$! i
+  for ((i = 0; i < 300; i++)); do grep -q "step 2" "$TMP/mpi-watch-$1.txt" && break; sleep 0.1; done
+  sleep 0.5
+  local forks=0 handler
+  for handler in $(pgrep -P "$FORK_SERVER_PID"); do forks=$((forks + $(pgrep -c -P "$handler"))); done
+  kill -TERM "$pid"
+  wait "$pid"
+  echo "$? $forks"
+}
+FORK_MPI=1
+read -r forked forks < <(mpi_watch 1)
+FORK_MPI=0
+read -r own _ < <(mpi_watch 0)
+((forks == 2)) || fail "a 2-rank watch ran as $forks forks of the server, not 2"
+((own == forked)) || fail "SIGTERM to mpirun during a 2-rank watch: exit $forked forked, $own as the binary's ranks"
+for fork in 0 1; do
+  expect_grep "SIGTERM received outside the training step loop: nothing to save, exiting now with 75" \
+    "$TMP/mpi-watch-$fork.txt"
+done
+echo "2 ranks as forks: the same losses; a failed rank: exit 1 both ways; SIGTERM to mpirun: ranks 75, mpirun $own both ways"
 
 # A client killed outright: its command goes too (the server keeps no child).
 watch_then KILL killed "${client[@]}" >/dev/null

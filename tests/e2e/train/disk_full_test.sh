@@ -3,6 +3,7 @@
 # cleanly (no HDF5 error stack), at the step the failed save finished writing, not at the next
 # save; the job exits 4 and the checkpoint committed before stays loadable.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 mkdir -p "$TMP/full"
 # The reason is mount's own message (not root, no CAP_SYS_ADMIN in a container, ...).

@@ -4,6 +4,7 @@
 # a per-rank batch of 8; where 32 cannot be split (3 ranks) it fails with exit 2 naming the sizes,
 # before touching the run. Without a checkpoint, or at the same size, it changes nothing.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set run.max_steps=30 --set eval.every_steps=0

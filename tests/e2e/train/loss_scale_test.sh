@@ -4,6 +4,7 @@
 # of-two scales make it exact, so without overflow it must equal the unscaled run bit for bit.
 # fp16 itself needs CUDA: on CPU it is refused with exit 2. Also: the GPU's staged input path.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set eval.every_steps=0 --set eval.at_end=false

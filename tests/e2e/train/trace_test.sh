@@ -9,6 +9,7 @@
 # communication, not compute, and still adds up to the step time. With a sharded optimizer state
 # the parameter all-gather runs on into the next forward, which waits for it there.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 util=$HPCTRAIN_SOURCE_DIR/tests/e2e/train  # trace_util.py: the trace reader the checks share
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"

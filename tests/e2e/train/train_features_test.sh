@@ -2,6 +2,7 @@
 # Run features end to end: a wall-time budget saves and stops with exit 75 (and the run resumes),
 # time-based checkpoints with retention, early stopping, bfloat16 autocast.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set eval.max_samples=500)

@@ -13,7 +13,7 @@
 #    warning for the previous one, an edited-and-resealed manifest (dtype, trainer_state) is
 #    exit 4 naming the field.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 reseal=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/checkpoint/reseal_manifest.py")
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
