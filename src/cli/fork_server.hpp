@@ -8,7 +8,9 @@
 // request's command line from main: a fresh process (its own pid, exit code, signals, working
 // directory, environment, standard streams, files and MPI singleton) that skipped the loading,
 // and ends without static destructors (it flushes its streams and HDF5's files, then _exit: in a
-// fork, LibTorch's destructors copy every page its loading wrote). Every other test runs
+// fork, LibTorch's destructors copy every page its loading wrote). Under mpirun the client runs
+// on each rank and hands its environment (the launcher's variables) to the child, whose MPI_Init
+// then joins the job as that rank (the server never initialises MPI). Every other test runs
 // hpctrain as a process of its own. A child's resident memory counts the pages it shares with the
 // server: tests that measure memory run the binary. tests/support/forked_hpctrain.py is the
 // client. Nothing else reads the variable; no

@@ -239,6 +239,30 @@ std::string ControlPlane::recv_text(int source, int tag) {
   return text;
 }
 
+namespace {
+constexpr std::size_t kBulkPiece = std::size_t{1} << 30;  // under an MPI count of bytes
+}  // namespace
+
+void ControlPlane::send_bytes(int dest, int tag, const void* data, std::size_t bytes) {
+  runtime::CollectiveScope recorded(nullptr, "send (control)", name_.c_str(), bytes, "uint8",
+                                    /*watched=*/false);
+  const auto* from = static_cast<const std::uint8_t*>(data);
+  for (std::size_t at = 0; at < bytes; at += kBulkPiece) {
+    const int n = static_cast<int>(std::min(kBulkPiece, bytes - at));
+    HPCTRAIN_MPI_CHECK(MPI_Send(from + at, n, MPI_UINT8_T, dest, tag, comm_));
+  }
+}
+
+void ControlPlane::recv_bytes(int source, int tag, void* out, std::size_t bytes) {
+  runtime::CollectiveScope recorded(nullptr, "recv (control)", name_.c_str(), bytes, "uint8",
+                                    /*watched=*/false);
+  auto* into = static_cast<std::uint8_t*>(out);
+  for (std::size_t at = 0; at < bytes; at += kBulkPiece) {
+    const int n = static_cast<int>(std::min(kBulkPiece, bytes - at));
+    HPCTRAIN_MPI_CHECK(MPI_Recv(into + at, n, MPI_UINT8_T, source, tag, comm_, MPI_STATUS_IGNORE));
+  }
+}
+
 std::optional<std::pair<int, std::string>> ControlPlane::first_problem(const std::string& problem) {
   int first = problem.empty() ? size_ : rank_;
   reduce_in_place(&first, 1, MPI_INT, ReduceOp::kMin, comm_, name_, channel_);

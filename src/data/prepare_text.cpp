@@ -8,7 +8,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/data/dataset_writer.hpp"
@@ -26,9 +25,15 @@ std::string read_text(const std::string& path) {
   const bool missing = runtime::path_type(path) == runtime::PathType::kMissing;
   runtime::require_regular_file(path, runtime::FileKind::kData, "text file",
                                 missing ? "check the --in paths" : "pass text files only");
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw DataError(str("text file '", path, "' cannot be opened for reading"));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One read of the size the file has (a regular file, checked above): no growing copies.
+  std::string text(static_cast<std::size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  if (!in.read(text.data(), static_cast<std::streamsize>(text.size()))) {
+    throw DataError(str("text file '", path, "' could not be read to its end (", text.size(),
+                        " bytes): check the file"));
+  }
   const std::int64_t bad = runtime::first_invalid_utf8(text);
   if (bad >= 0) {
     throw DataError(
@@ -88,33 +93,25 @@ void add_units(const std::string& text, std::size_t file, std::size_t begin, std
   if (doc != std::string::npos) units.push_back({file, doc, end, val});
 }
 
-// Every rank's ids, in rank order, on world rank 0 (empty elsewhere), through fixed-size rounds
-// of gather_bytes (padded: it wants the same count from every rank).
-std::vector<std::uint32_t> gather_ids(comm::ControlPlane& world,
-                                      const std::vector<std::uint32_t>& mine,
-                                      std::vector<std::int64_t>& counts) {
-  constexpr std::int64_t kRound = std::int64_t{1} << 22;
-  counts = world.all_gather(static_cast<std::int64_t>(mine.size()));
-  const std::int64_t most = *std::max_element(counts.begin(), counts.end());
-  std::vector<std::vector<std::uint32_t>> per_rank(counts.size());
-  std::vector<std::uint32_t> send;
-  for (std::int64_t offset = 0; offset < most; offset += kRound) {
-    const std::int64_t n = std::min(kRound, most - offset);
-    send.assign(static_cast<std::size_t>(n), 0);
-    const std::int64_t have =
-        std::clamp<std::int64_t>(static_cast<std::int64_t>(mine.size()) - offset, 0, n);
-    std::copy_n(mine.begin() + offset, have, send.begin());
-    const auto all = world.gather_bytes(send.data(), send.size() * 4, 0);
-    if (world.rank() != 0) continue;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      const std::int64_t valid = std::clamp<std::int64_t>(counts[r] - offset, 0, n);
-      const auto* from =
-          reinterpret_cast<const std::uint32_t*>(all.data()) + r * static_cast<std::size_t>(n);
-      per_rank[r].insert(per_rank[r].end(), from, from + valid);
-    }
+// Every rank's ids, in rank order, on world rank 0 (empty elsewhere): each rank's share goes
+// straight to its place in rank 0's vector (after the encoding agreement: every rank is here).
+std::vector<std::uint32_t> gather_ids(comm::ControlPlane& world, std::vector<std::uint32_t> mine) {
+  constexpr int kTagIds = 7302;
+  const std::vector<std::int64_t> counts = world.all_gather(static_cast<std::int64_t>(mine.size()));
+  if (world.rank() != 0) {
+    world.send_bytes(0, kTagIds, mine.data(), mine.size() * sizeof(std::uint32_t));
+    return {};
   }
-  std::vector<std::uint32_t> out;
-  for (const auto& part : per_rank) out.insert(out.end(), part.begin(), part.end());
+  std::size_t total = 0;
+  for (const std::int64_t c : counts) total += static_cast<std::size_t>(c);
+  std::vector<std::uint32_t> out = std::move(mine);
+  std::size_t at = out.size();
+  out.resize(total);
+  for (int r = 1; r < world.size(); ++r) {
+    const auto n = static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]);
+    world.recv_bytes(r, kTagIds, out.data() + at, n * sizeof(std::uint32_t));
+    at += n;
+  }
   return out;
 }
 
@@ -211,9 +208,8 @@ std::vector<PreparedFile> prepare_text(const TextPrepareOptions& options,
   if (world && world->size() > 1) {
     const std::string first = agree_when_encoded(*world, problem);
     if (!first.empty()) throw DataError(first);
-    std::vector<std::int64_t> counts;
-    train = gather_ids(*world, train, counts);
-    val = gather_ids(*world, val, counts);
+    train = gather_ids(*world, std::move(train));
+    val = gather_ids(*world, std::move(val));
     if (world->rank() != 0) return {};
   }
   const bool with_val = options.val_fraction > 0;

@@ -5,8 +5,10 @@ As a module (fuzz.py, docs_examples.py):
     server = ForkServer(binary, socket_path, env)     # starts `hpctrain` serving on the socket
     how, value = server.run(args, cwd=..., env=..., stdout=fd, stderr=fd, timeout=s)
     server.close()
-As a command, a stand-in for the binary in test scripts (one process, no mpirun, no setpriv):
+As a command, a stand-in for the binary in test scripts (one process, or each rank under mpirun;
+no setpriv):
     HPCTRAIN_TEST_FORK_SERVER=SOCKET forked_hpctrain.py HPCTRAIN_BIN ARGS...
+    HPCTRAIN_TEST_FORK_SERVER=SOCKET mpirun -np N forked_hpctrain.py HPCTRAIN_BIN ARGS...
 runs `HPCTRAIN_BIN ARGS...` in a child of the server with this process's directory, environment
 and standard streams, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1 and SIGUSR2 to
 it, and ends as it ended (its exit code, or the same signal). A client killed outright takes its

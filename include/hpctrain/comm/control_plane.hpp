@@ -89,6 +89,11 @@ class ControlPlane {
   /// the cores to training). Local to the pair; messages of one tag arrive in order.
   void send_text(int dest, int tag, const std::string& text);
   std::string recv_text(int source, int tag);
+  /// `bytes` bytes to one rank / into `out` from one rank, blocking, in pieces under 1 GiB: bulk
+  /// data after the pair agreed on the size (prepare text's token ids into their place on rank
+  /// 0). Local to the pair; messages of one tag arrive in order.
+  void send_bytes(int dest, int tag, const void* data, std::size_t bytes);
+  void recv_bytes(int source, int tag, void* out, std::size_t bytes);
 
   /// Every rank passes its problem (empty: none). Returns the lowest rank that has one and its
   /// message, on every rank, or nullopt when no rank has one. Collective.

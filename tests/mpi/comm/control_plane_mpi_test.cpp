@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdint>
 #include <thread>
+#include <vector>
 
 #include "hpctrain/comm/control_plane.hpp"
 #include "hpctrain/comm/stop_agreement.hpp"
@@ -124,6 +126,37 @@ TEST(ControlPlane, DuplicateCarriesItsOwnMessages) {
     }
   }
   copy->barrier();
+}
+
+TEST(ControlPlane, SendsBulkBytesIntoPlaceInOrder) {
+  // Every other rank sends rank 0 two messages of one tag (a few MiB, then none): they arrive in
+  // order, byte for byte, where rank 0 asks (prepare text's token ids).
+  const int n = plane().size();
+  const int r = plane().rank();
+  const auto pattern = [](int rank, std::size_t i) {
+    return static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(rank) * 7) % 251);
+  };
+  const std::size_t bytes = (std::size_t{3} << 20) + 5;
+  if (r != 0) {
+    std::vector<std::uint8_t> mine(bytes);
+    for (std::size_t i = 0; i < bytes; ++i) mine[i] = pattern(r, i);
+    plane().send_bytes(0, 9, mine.data(), mine.size());
+    plane().send_bytes(0, 9, nullptr, 0);
+  } else {
+    std::vector<std::uint8_t> all(bytes * static_cast<std::size_t>(n), 0);
+    for (int from = n - 1; from >= 1; --from) {  // any order of ranks: each pair has its own
+      plane().recv_bytes(from, 9, all.data() + bytes * static_cast<std::size_t>(from), bytes);
+      plane().recv_bytes(from, 9, nullptr, 0);
+    }
+    for (int from = 1; from < n; ++from) {
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < bytes; ++i) {
+        wrong += all[bytes * static_cast<std::size_t>(from) + i] != pattern(from, i);
+      }
+      EXPECT_EQ(wrong, 0u) << "from rank " << from;
+    }
+  }
+  plane().barrier();
 }
 
 TEST(StopAgreement, ASignalOnOneRankStopsEveryRank) {
