@@ -5,7 +5,8 @@
 # and a deadly one (SIGALRM: the client ends by it too, as the process did); a client killed
 # outright takes its command with it. Under mpirun (`fork_server_start mpi`), each rank a fork:
 # the same losses as the binary's own ranks, a rank that fails alone ends the job with the same
-# code, a stop signal to mpirun reaches the forked ranks (75) and no fork outlives its job. The tests that use the server rely on all of this.
+# code, a stop signal to mpirun reaches the forked ranks (75) and no fork outlives its job. The
+# tests that use the server rely on all of this.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 tiny=$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml
