@@ -92,7 +92,8 @@ function(hpctrain_mpi_test name)
 endfunction()
 
 # hpctrain_script_test(NAME SCRIPT file [ARGS ...] [LABELS ...] [TIMEOUT s] [PROCESSORS n]
-# [SERIAL] [FIXTURES_SETUP f] [FIXTURES_REQUIRED f...]): a bash script driving the real binary.
+# [SERIAL] [FIXTURES_SETUP f] [FIXTURES_CLEANUP f] [FIXTURES_REQUIRED f...]): a bash script
+# driving the real binary. Every script test but a fixture's own requires the fixture `python`.
 # PROCESSORS: the most ranks it runs at once (default 2). SERIAL: it waits on timeouts or clocks
 # (hang detection, signals, stragglers, a time budget) that a busy core would skew: it gets the
 # label `timing`, and scripts/test.sh runs those tests after all others, two at a time (their
@@ -104,7 +105,7 @@ endfunction()
 # HPCTRAIN_MPIEXEC (with flags), HPCTRAIN_SOURCE_DIR, HPCTRAIN_BUILD_DIR, HPCTRAIN_TEST_DATA (data
 # shared between tests, made by fixtures such as "fmnist") and a private HPCTRAIN_TEST_TMP.
 function(hpctrain_script_test name)
-  cmake_parse_arguments(ARG "SERIAL" "SCRIPT;TIMEOUT;PROCESSORS;FIXTURES_SETUP"
+  cmake_parse_arguments(ARG "SERIAL" "SCRIPT;TIMEOUT;PROCESSORS;FIXTURES_SETUP;FIXTURES_CLEANUP"
                         "ARGS;LABELS;DEPENDS;FIXTURES_REQUIRED" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
@@ -122,10 +123,18 @@ function(hpctrain_script_test name)
   add_test(NAME ${name} COMMAND bash ${ARG_SCRIPT} ${ARG_ARGS})
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
     PROCESSORS ${ARG_PROCESSORS}
-    ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_DATA=${PROJECT_BINARY_DIR}/test-data;HPCTRAIN_TEST_TMP=${tmp}")
+    ENVIRONMENT "${HPCTRAIN_TEST_ENV};HPCTRAIN_BIN=$<TARGET_FILE:hpctrain>;HPCTRAIN_FORK_CLIENT=$<TARGET_FILE:fork_client>;HPCTRAIN_MPIEXEC=${HPCTRAIN_MPIEXEC} ${HPCTRAIN_MPIEXEC_FLAGS_STRING};HPCTRAIN_SOURCE_DIR=${PROJECT_SOURCE_DIR};HPCTRAIN_BUILD_DIR=${PROJECT_BINARY_DIR};HPCTRAIN_TEST_DATA=${PROJECT_BINARY_DIR}/test-data;HPCTRAIN_TEST_TMP=${tmp}")
   hpctrain_test_cost(${name})
   if(ARG_FIXTURES_SETUP)
     set_tests_properties(${name} PROPERTIES FIXTURES_SETUP "${ARG_FIXTURES_SETUP}")
+  endif()
+  if(ARG_FIXTURES_CLEANUP)
+    set_tests_properties(${name} PROPERTIES FIXTURES_CLEANUP "${ARG_FIXTURES_CLEANUP}")
+  endif()
+  # Every other script test runs while the suite's Python fork server serves (fixture `python`,
+  # tests/e2e/runtime/fixture_python.sh): its $PY then skips importing numpy, h5py and torch.
+  if(NOT ARG_FIXTURES_SETUP AND NOT ARG_FIXTURES_CLEANUP)
+    list(APPEND ARG_FIXTURES_REQUIRED python)
   endif()
   if(ARG_FIXTURES_REQUIRED)
     set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED "${ARG_FIXTURES_REQUIRED}")

@@ -39,8 +39,9 @@
 #   GPU_CHECK_CMAKE_ARGS (more configure arguments for the build).
 # CPU plumbing mode (tests/e2e/runtime/gpu_check_plumbing_test.sh): GPU_CHECK_DEVICE=cpu
 #   GPU_CHECK_SKIP_BUILD=1 BUILD_DIR=build HPCTRAIN_GPU_KIT=none; GPU_CHECK_FAIL=phase,... and
-#   GPU_CHECK_HANG=phase,... make phases fail or hang on purpose; GPU_CHECK_CTEST_REGEX and
-#   GPU_CHECK_ALLREDUCE_SET narrow ctest_gpu and the all-reduce sizes.
+#   GPU_CHECK_HANG=phase,... make phases fail or hang on purpose; GPU_CHECK_CTEST_REGEX,
+#   GPU_CHECK_ALLREDUCE_SET and GPU_CHECK_EVAL_SAMPLES narrow ctest_gpu, the all-reduce sizes and
+#   the evaluated test samples (default 0: all 10,000).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 repo=$(pwd)

@@ -372,7 +372,8 @@ phase_eval_cpu_vs_gpu() {
   local d
   for d in cpu "$dev"; do
     mpi_run 1 "$bin" --device "$d" eval --checkpoint "$runs/cnn-gpu-fp32" --fp32 \
-      --data "$data/fashion-mnist/test.h5" --results "$work/eval-$d" --force >"$logs/eval-$d.log" 2>&1
+      --data "$data/fashion-mnist/test.h5" --max-samples "${GPU_CHECK_EVAL_SAMPLES:-0}" \
+      --results "$work/eval-$d" --force >"$logs/eval-$d.log" 2>&1
   done
   "$py" - "$work" "$dev" >"$result" <<'PY'
 import json, sys

@@ -12,9 +12,9 @@
 // on each rank and hands its environment (the launcher's variables) to the child, whose MPI_Init
 // then joins the job as that rank (the server never initialises MPI). Every other test runs
 // hpctrain as a process of its own. A child's resident memory counts the pages it shares with the
-// server: tests that measure memory run the binary. tests/support/forked_hpctrain.py is the
-// client. Nothing else reads the variable; no
-// user command starts this way.
+// server: tests that measure memory run the binary. tests/support/fork_client.cpp is the client
+// of the scripts (tests/support/forked_hpctrain.py, of Python drivers). Nothing else reads the
+// variable; no user command starts this way.
 
 namespace hpctrain::cli {
 

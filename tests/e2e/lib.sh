@@ -10,6 +10,24 @@ TMP=$HPCTRAIN_TEST_TMP
 PY=/usr/bin/python3
 FAILURES=0
 
+# python_server_socket: the socket of the suite's Python fork server (the `python` fixture,
+# tests/e2e/runtime/fixture_python.sh; tests/support/python_fork_server.py says why). While it
+# serves, $PY runs the tests' Python in its forks (tests/support/forked_python), without importing
+# numpy, h5py and torch each time; HPCTRAIN_TEST_NO_FORK=1 runs the interpreter itself.
+python_server_socket() {
+  local sock=${HPCTRAIN_BUILD_DIR:?run through ctest}/test-tmp/python-fork.sock
+  # A Unix socket's path holds at most 107 bytes.
+  ((${#sock} < 100)) || sock=/tmp/hpctrain-python-fork-$(cksum <<<"$HPCTRAIN_BUILD_DIR" | cut -d' ' -f1).sock
+  echo "$sock"
+}
+if [[ ${HPCTRAIN_TEST_NO_FORK:-0} != 1 && -n ${HPCTRAIN_BUILD_DIR:-} && -n ${HPCTRAIN_SOURCE_DIR:-} ]]; then
+  HPCTRAIN_TEST_PYTHON_SERVER=$(python_server_socket)
+  if [[ -S $HPCTRAIN_TEST_PYTHON_SERVER ]]; then
+    export HPCTRAIN_TEST_PYTHON_SERVER
+    PY=$HPCTRAIN_SOURCE_DIR/tests/support/forked_python
+  fi
+fi
+
 # HPCTRAIN_HEAP_CHECK=PRELOAD (scripts/sanitize.sh): every hpctrain process of the test runs
 # under glibc's heap checking (PRELOAD = libc_malloc_debug.so.0, MALLOC_CHECK_=3, freed and new
 # memory perturbed), through a wrapper, so the launcher (mpirun) is not checked with it.
@@ -83,7 +101,7 @@ expect_exit() {
 # ..., not mpirun_np) as forks of one loaded hpctrain (src/cli/fork_server.hpp): the same process
 # for the command, without the second of loading LibTorch each time. With `mpi`, the ranks of
 # `mpirun_np N "$HPCTRAIN_BIN" ...` (in expect_exit or not) are forks too: mpirun starts the
-# client (tests/support/forked_hpctrain.py) on each rank, and each rank's fork gets the client's
+# client (tests/support/fork_client.cpp) on each rank, and each rank's fork gets the client's
 # environment (the launcher's variables), directory and streams, so MPI_Init in it joins the job
 # as the binary's own process would. Tests that signal, look for hpctrain's processes by name or
 # measure their memory must not use it. Call it from the script itself, not a subshell: the
@@ -96,7 +114,7 @@ fork_server_start() {
   FORK_SOCKET=$TMP/fork.sock
   # A Unix socket's path holds at most 107 bytes.
   ((${#FORK_SOCKET} < 100)) || FORK_SOCKET=$(mktemp -u /tmp/hpctrain-fork.XXXXXX)
-  FORKED_HPCTRAIN=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/support/forked_hpctrain.py")
+  FORKED_HPCTRAIN=("$HPCTRAIN_FORK_CLIENT")
   rm -f "$FORK_SOCKET"
   HPCTRAIN_TEST_FORK_SERVER=$FORK_SOCKET "$HPCTRAIN_BIN" >"$TMP/fork-server.txt" 2>&1 &
   FORK_SERVER_PID=$!

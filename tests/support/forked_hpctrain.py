@@ -5,20 +5,13 @@ As a module (fuzz.py, docs_examples.py):
     server = ForkServer(binary, socket_path, env)     # starts `hpctrain` serving on the socket
     how, value = server.run(args, cwd=..., env=..., stdout=fd, stderr=fd, timeout=s)
     server.close()
-As a command, a stand-in for the binary in test scripts (one process, or each rank under mpirun;
-no setpriv):
-    HPCTRAIN_TEST_FORK_SERVER=SOCKET forked_hpctrain.py HPCTRAIN_BIN ARGS...
-    HPCTRAIN_TEST_FORK_SERVER=SOCKET mpirun -np N forked_hpctrain.py HPCTRAIN_BIN ARGS...
-runs `HPCTRAIN_BIN ARGS...` in a child of the server with this process's directory, environment
-and standard streams, forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGALRM, SIGUSR1 and SIGUSR2 to
-it, and ends as it ended (its exit code, or the same signal). A client killed outright takes its
-command with it. tests/e2e/runtime/fork_server_test.sh holds it to the binary's own processes."""
+The scripts' client, a stand-in for the binary (one process, or each rank under mpirun), is
+tests/support/fork_client.cpp: the same protocol, a few milliseconds a command instead of tens.
+tests/e2e/runtime/fork_server_test.sh holds it to the binary's own processes."""
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -90,28 +83,3 @@ class ForkServer:
         if os.path.exists(self.socket_path):
             os.unlink(self.socket_path)
 
-
-def main():
-    socket_path = os.environ.get("HPCTRAIN_TEST_FORK_SERVER")
-    if not socket_path or len(sys.argv) < 2:
-        sys.exit("usage: HPCTRAIN_TEST_FORK_SERVER=SOCKET forked_hpctrain.py HPCTRAIN_BIN ARGS...")
-    env = dict(os.environ)
-    del env["HPCTRAIN_TEST_FORK_SERVER"]
-    child = []
-
-    def forward(number, _frame):
-        if child:
-            os.kill(child[0], number)
-
-    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM,
-                   signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(number, forward)
-    how, value = request(socket_path, sys.argv[1:], env=env, on_pid=child.append)
-    if how == "signal":
-        signal.signal(value, signal.SIG_DFL)
-        os.kill(os.getpid(), value)
-    sys.exit(value)
-
-
-if __name__ == "__main__":
-    main()

@@ -6,6 +6,7 @@
 # cl100k_base and o200k_base (js-tiktoken's ranks, written as tiktoken files). decode(encode(x))
 # gives x back (Qwen3: x in NFC, as Hugging Face's own decode gives it).
 source "$(dirname "$0")/../lib.sh"
+fork_server_start
 
 modules=$HPCTRAIN_BUILD_DIR/npm/node_modules
 reference=$HPCTRAIN_SOURCE_DIR/tests/e2e/data/tokenizer_reference.mjs
@@ -49,7 +50,7 @@ for c in "${cases[@]}"; do
     --text "$TMP/corpus/corpus.txt" --docs "$TMP/corpus/docs.txt" --rounds 1 \
     --ids-out "$TMP/$name.ours" --decoded-out "$TMP/$name.ours.text" --json
 done
-wait || true
+wait "${pids[@]}" || true  # not a bare wait: the fork server is a background job too
 
 for c in "${cases[@]}"; do
   IFS='|' read -r name ours library vocab <<<"$c"

@@ -3,6 +3,7 @@
 # (Megatron-LM's table), the gpt's activations per micro-batch with and without recomputation,
 # whether --device-memory holds the run, and a bad --device-memory.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start
 configs=$HPCTRAIN_SOURCE_DIR/configs
 # The config's data files need not exist: the epoch size is given.
 common=(-c "$configs/gpt-tiny.yaml" --samples 4096 --eval-samples 64 --devices 4)

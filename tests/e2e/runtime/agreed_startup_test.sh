@@ -6,6 +6,7 @@
 # lost. Each case at 2 and 4 ranks. Nothing here reads data: the checks come first.
 source "$(dirname "$0")/../lib.sh"
 configs=$HPCTRAIN_SOURCE_DIR/configs
+fork_server_start mpi
 
 # one_line CASE LOG: exactly one error line, from rank 0, no MPI_ABORT box (with its help lines)
 # and no false loss, nor a stop line from a rank the launcher ended after a faster rank exited

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tests' fork server (src/cli/fork_server.hpp, tests/support/forked_hpctrain.py) against the
+# The tests' fork server (src/cli/fork_server.hpp, its client tests/support/fork_client.cpp) against the
 # binary's own processes: the same exit code, stdout and stderr for a version, usage, config,
 # data and plan command; the client's directory and environment; a stop signal forwarded (75)
 # and a deadly one (SIGALRM: the client ends by it too, as the process did); a client killed

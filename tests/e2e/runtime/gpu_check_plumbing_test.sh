@@ -35,7 +35,7 @@ run_check() {  # run_check NAME [VAR=VALUE...]: one check into $TMP/NAME/{out,wo
     BUILD_DIR="$HPCTRAIN_BUILD_DIR" GPU_CHECK_DATA="$data" GPU_CHECK_WORK="$TMP/$name/work" \
     GPU_CHECK_STEPS=20 GPU_CHECK_GPT_STEPS=8 GPU_CHECK_CTEST_REGEX=nccl_gpu_test \
     GPU_CHECK_GPT_SET="--set model.layers=1 --set model.width=32 --set model.heads=2 --set model.seq_len=32 --set model.vocab_size=256 --set data.batch_size=2" \
-    GPU_CHECK_ALLREDUCE_SET="--max-bytes 1M --iters 2 --rounds 1" \
+    GPU_CHECK_ALLREDUCE_SET="--max-bytes 1M --iters 2 --rounds 1" GPU_CHECK_EVAL_SAMPLES=1000 \
     "$@" timeout 600 bash "$script" "$TMP/$name/out" >"$TMP/$name.txt" 2>&1
 }
 
@@ -93,6 +93,8 @@ for n in ("gpt_hpctrain", "gpt_pytorch", "matmul_roof", "cnn_curves", "nccl_allr
           "eval_cpu_vs_gpu", "cnn_bench"):
     if P[n]["status"] != "ok":
         bad.append(f"{n}: {P[n]}")
+if any((P["eval_cpu_vs_gpu"].get(d) or {}).get("samples") != 1000 for d in ("cpu", "gpu")):
+    bad.append(f"eval_cpu_vs_gpu did not evaluate GPU_CHECK_EVAL_SAMPLES=1000: {P['eval_cpu_vs_gpu']}")
 if not P["gpt_hpctrain"].get("tokens_per_s") or not doc["summary"].get("gpt2_124m_bf16", {}).get("hpctrain_over_pytorch"):
     bad.append(f"no gpt numbers: {doc['summary']}")
 runs = P["cnn_curves"]["runs"]

@@ -5,6 +5,7 @@
 # at a different data-parallel size continues the same sample stream.
 source "$(dirname "$0")/../lib.sh"
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
+fork_server_start mpi  # but the run signalled through mpirun (below): processes of their own
 compare=("$PY" "$(dirname "$0")/compare_checkpoints.py")
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5" --set model.dropout=0.1 --set run.max_steps=40

@@ -4,6 +4,7 @@
 # at 1 and 2 ranks for the same weights (periodic evaluation, identical seeds and global batch);
 # the live progress line on a terminal, plain lines otherwise.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5")
