@@ -2,6 +2,7 @@
 # bench data runs on 1 and 2 ranks, prints consistent numbers, and the batches it reads are the
 # ones the Python reference of the sampler (scripts/data_order.py) computes. No timing checks.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # its commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 $PY "$(dirname "$0")/make_test_files.py" "$TMP/files" >/dev/null || fail "make_test_files.py"
 file=$TMP/files/h5py_classification.h5

@@ -4,7 +4,7 @@
 # wrong-magic and wrong-dtype inputs are exit 3 naming the byte offset; kill -9 during a
 # conversion leaves no file under the final name.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # its commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 in=$TMP/in
 "$PY" - "$in" <<'PY' || fail "writing the inputs failed"
 import os, sys

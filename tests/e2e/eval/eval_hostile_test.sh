@@ -5,7 +5,7 @@
 # message (exit 1), an unknown split (exit 2) or a hang. An edited-and-resealed manifest (dtype)
 # is refused too, and a stop signal ends an evaluation command at once with 75.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # its commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 run=$TMP/run
 reseal=("$PY" "$HPCTRAIN_SOURCE_DIR/tests/e2e/checkpoint/reseal_manifest.py")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench allreduce prints one row per size with consistent bandwidth arithmetic, text and JSON.
 source "$(dirname "$0")/../lib.sh"
+fork_server_start mpi  # its commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 
 expect_exit 0 "$TMP/bench.json" mpirun_np 2 "$HPCTRAIN_BIN" bench allreduce --min-bytes 4K \
   --max-bytes 64K --iters 3 --rounds 1 --json

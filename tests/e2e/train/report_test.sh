@@ -5,7 +5,7 @@
 # without evaluations, and a run in progress (half-written metrics.jsonl, no ledger yet), still
 # give a page; a directory that is not a run is refused with exit 2.
 source "$(dirname "$0")/../lib.sh"
-fork_server_start  # its one-process commands as forks of one loaded hpctrain (lib.sh)
+fork_server_start mpi  # its commands and mpirun ranks as forks of one loaded hpctrain (lib.sh)
 data=$HPCTRAIN_TEST_DATA/fashion-mnist
 common=(-c "$HPCTRAIN_SOURCE_DIR/configs/tiny-mlp.yaml" --set "data.train=$data/train.h5"
   --set "data.val=$data/test.h5")
