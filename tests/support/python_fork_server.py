@@ -34,6 +34,7 @@ import signal
 import socket
 import sys
 import time
+import warnings
 
 LOAD_TIME_PREFIXES = ("OMP_", "GOMP_", "KMP_", "OPENBLAS_", "MKL_", "TORCH_", "PYTORCH_", "LD_",
                       "MALLOC_", "CUDA", "HDF5_", "ONEDNN_", "DNNL_", "MKLDNN_", "PYTHON")
@@ -188,6 +189,9 @@ def main():
     if len(sys.argv) < 2:
         sys.exit("usage: python_fork_server.py SOCKET [MODULE...]")
     path = sys.argv[1]
+    # Python 3.12 and later warn at every fork of a process with threads (torch starts one); the
+    # forks here run Python code only in their main thread.
+    warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
     for module in sys.argv[2:] or ["numpy", "h5py", "torch"]:
         __import__(module)
     server_env = load_time_env(os.environ)
