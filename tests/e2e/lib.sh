@@ -20,6 +20,23 @@ python_server_socket() {
   ((${#sock} < 100)) || sock=/tmp/hpctrain-python-fork-$(cksum <<<"$HPCTRAIN_BUILD_DIR" | cut -d' ' -f1).sock
   echo "$sock"
 }
+# python_server_start SOCKET LOG [MODULE...]: a Python fork server of its own session on SOCKET
+# (its output in LOG); sets PYTHON_SERVER_PID; fails unless the socket opens within 60 s.
+python_server_start() {
+  local sock=$1 log=$2
+  shift 2
+  setsid /usr/bin/python3 "$HPCTRAIN_SOURCE_DIR/tests/support/python_fork_server.py" "$sock" "$@" \
+    </dev/null >"$log" 2>&1 &
+  PYTHON_SERVER_PID=$!
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [[ -S $sock ]] && return 0
+    kill -0 "$PYTHON_SERVER_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  fail "the Python fork server did not open $sock: $(cat "$log")"
+  return 1
+}
 if [[ ${HPCTRAIN_TEST_NO_FORK:-0} != 1 && -n ${HPCTRAIN_BUILD_DIR:-} && -n ${HPCTRAIN_SOURCE_DIR:-} ]]; then
   HPCTRAIN_TEST_PYTHON_SERVER=$(python_server_socket)
   if [[ -S $HPCTRAIN_TEST_PYTHON_SERVER ]]; then

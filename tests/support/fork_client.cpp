@@ -21,7 +21,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 extern char** environ;
 
@@ -31,23 +33,6 @@ volatile sig_atomic_t child_pid = 0;
 
 void forward(int number) {
   if (child_pid > 0) kill(static_cast<pid_t>(child_pid), number);
-}
-
-void append_json_string(std::string& out, const char* text) {
-  out += '"';
-  for (const unsigned char* p = reinterpret_cast<const unsigned char*>(text); *p; ++p) {
-    if (*p == '"' || *p == '\\') {
-      out += '\\';
-      out += static_cast<char>(*p);
-    } else if (*p < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", *p);
-      out += escaped;
-    } else {
-      out += static_cast<char>(*p);
-    }
-  }
-  out += '"';
 }
 
 [[noreturn]] void give_up(const std::string& why) {
@@ -68,41 +53,22 @@ bool read_line(int fd, std::string& line) {
   }
 }
 
-// The integer after "key": in a one-level JSON object, or false when the key is absent.
-bool json_int(const std::string& line, const char* key, long& value) {
-  std::string quoted = std::string("\"") + key + "\"";
-  auto at = line.find(quoted);
-  if (at == std::string::npos) return false;
-  at = line.find(':', at + quoted.size());
-  if (at == std::string::npos) return false;
-  value = std::strtol(line.c_str() + at + 1, nullptr, 10);
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   const char* socket_path = std::getenv("HPCTRAIN_TEST_FORK_SERVER");
   if (!socket_path || !*socket_path || argc < 2)
     give_up("usage: HPCTRAIN_TEST_FORK_SERVER=SOCKET fork_client PROGRAM ARGS...");
-  std::string request = "{\"argv\": [";
-  for (int i = 1; i < argc; ++i) {
-    if (i > 1) request += ", ";
-    append_json_string(request, argv[i]);
-  }
   char cwd[4096];
   if (!getcwd(cwd, sizeof cwd)) give_up(std::string("getcwd: ") + std::strerror(errno));
-  request += "], \"cwd\": ";
-  append_json_string(request, cwd);
-  request += ", \"env\": [";
-  bool first = true;
-  for (char** e = environ; *e; ++e) {
-    if (std::strncmp(*e, "HPCTRAIN_TEST_FORK_SERVER=", 26) == 0) continue;
-    if (!first) request += ", ";
-    first = false;
-    append_json_string(request, *e);
-  }
-  request += "]}\n";
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "HPCTRAIN_TEST_FORK_SERVER=", 26) != 0) env.emplace_back(*e);
+  const std::string request =
+      nlohmann::json{
+          {"argv", std::vector<std::string>(argv + 1, argv + argc)}, {"cwd", cwd}, {"env", env}}
+          .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+      "\n";
 
   int conn = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un address{};
@@ -115,7 +81,7 @@ int main(int argc, char** argv) {
   // The first byte carries the three descriptors, the rest follows.
   int fds[3] = {0, 1, 2};
   char control[CMSG_SPACE(sizeof fds)] = {};
-  iovec first_byte{request.data(), 1};
+  iovec first_byte{const_cast<char*>(request.data()), 1};
   msghdr message{};
   message.msg_iov = &first_byte;
   message.msg_iovlen = 1;
@@ -140,17 +106,22 @@ int main(int argc, char** argv) {
     sigemptyset(&action.sa_mask);
     sigaction(number, &action, nullptr);  // no SA_RESTART: read_line retries on EINTR itself
   }
+  // The answers: {"pid": N}, then {"exit": CODE} or {"signal": NUMBER} ({"error": TEXT} instead).
   std::string line;
-  long value = 0;
-  if (!read_line(conn, line) || !json_int(line, "pid", value))
+  auto answer = [&] {
+    return read_line(conn, line) ? nlohmann::json::parse(line, nullptr, false) : nlohmann::json();
+  };
+  nlohmann::json reply = answer();
+  if (!reply.is_object() || !reply.contains("pid"))
     give_up("the fork server refused the request: " + (line.empty() ? "no answer" : line));
-  child_pid = static_cast<sig_atomic_t>(value);
-  if (!read_line(conn, line)) give_up("the fork server ended without an answer");
-  if (json_int(line, "exit", value)) return static_cast<int>(value);
-  if (json_int(line, "signal", value)) {
-    signal(static_cast<int>(value), SIG_DFL);
-    kill(getpid(), static_cast<int>(value));
-    return 128 + static_cast<int>(value);
+  child_pid = reply["pid"].get<int>();
+  reply = answer();
+  if (reply.is_object() && reply.contains("exit")) return reply["exit"].get<int>();
+  if (reply.is_object() && reply.contains("signal")) {
+    const int number = reply["signal"].get<int>();
+    signal(number, SIG_DFL);
+    kill(getpid(), number);
+    return 128 + number;
   }
-  give_up("the fork server answered: " + line);
+  give_up("the fork server answered: " + (line.empty() ? "nothing" : line));
 }

@@ -5,7 +5,6 @@
 # session and checks that a Python command runs in its fork with the caller's arguments, streams,
 # environment and exit code; `stop` ends it. HPCTRAIN_TEST_NO_FORK=1: no server.
 source "$(dirname "$0")/../lib.sh"
-real=/usr/bin/python3
 sock=$(python_server_socket)
 pidfile=$HPCTRAIN_BUILD_DIR/test-tmp/python-fork-server.pid
 log=$HPCTRAIN_BUILD_DIR/test-tmp/python-fork-server.log
@@ -28,15 +27,8 @@ case ${1:-} in
       finish
       exit 0
     fi
-    setsid "$real" "$HPCTRAIN_SOURCE_DIR/tests/support/python_fork_server.py" "$sock" \
-      </dev/null >"$log" 2>&1 &
-    echo $! >"$pidfile"
-    for _ in $(seq 1 600); do
-      [[ -S $sock ]] && break
-      kill -0 "$(cat "$pidfile")" 2>/dev/null || break
-      sleep 0.1
-    done
-    [[ -S $sock ]] || fail "the Python fork server did not open $sock: $(cat "$log")"
+    python_server_start "$sock" "$log"
+    echo "$PYTHON_SERVER_PID" >"$pidfile"
     cat "$log"
     # One command through it: its arguments, standard input, environment and exit code, with torch
     # loaded already (by the server: the command does not import it).

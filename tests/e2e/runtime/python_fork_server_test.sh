@@ -13,11 +13,8 @@ real=/usr/bin/python3
 client=$HPCTRAIN_SOURCE_DIR/tests/support/forked_python
 sock=$TMP/py.sock
 ((${#sock} < 100)) || sock=$(mktemp -u /tmp/hpctrain-pytest.XXXXXX)
-setsid "$real" "$HPCTRAIN_SOURCE_DIR/tests/support/python_fork_server.py" "$sock" numpy \
-  </dev/null >"$TMP/server.txt" 2>&1 &
-server=$!
-for _ in $(seq 1 300); do [[ -S $sock ]] && break; sleep 0.1; done
-[[ -S $sock ]] || { fail "the server did not open $sock: $(cat "$TMP/server.txt")"; finish; }
+python_server_start "$sock" "$TMP/server.txt" numpy || finish
+server=$PYTHON_SERVER_PID
 forked() { HPCTRAIN_TEST_PYTHON_SERVER=$sock "$client" "$@"; }
 
 mkdir -p "$TMP/dir/lib" "$TMP/cwd"
